@@ -1,0 +1,192 @@
+"""Optimizer speed at scale on synthetic recommendation graphs.
+
+Usage::
+
+    python bench/scale.py [--sizes 1000 5000 20000 50000] [--strategies greedy eqsat]
+                          [--out bench/results/scale_cpu.json] [--timeout 1800]
+
+For each target size (FX nodes) and strategy this runs, in a fresh child
+process (so a blow-up can be timed out and peak memory is per case):
+
+1. build the graph with ``synthetic.make_graph_of_size`` (timed apart:
+   ``build_s`` = fx.Graph + GraphModule codegen, ``fake_prop_s`` =
+   FakeTensorProp filling node.meta['val'/'example_value']);
+2. ``optimus_eq.optimize(gm, example_inputs, strategy=s)`` (timed: ``wall_s``,
+   plus the report's own per-phase ``times`` in seconds);
+3. run the optimized module eagerly on the example batch (B=8) and compare to
+   the original graph's eager output with ``torch.allclose``.
+
+Prints a markdown table and writes all records as JSON (plus the table as .md next to it).  All times are
+seconds, memory is peak RSS of the child in MiB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+for p in (HERE, ROOT / "src", ROOT / "bridge"):  # run from a checkout without pip install
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+MARK = "@@SCALE_RESULT@@"
+PHASES = ("translate", "search", "extract", "lower", "total")
+
+
+def _first_tensor(out):
+    """Optimized modules may return a tensor, a 1-tuple or a list."""
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def run_case(size: int, strategy: str) -> dict:
+    """Build one graph, optimize it with one strategy and return a flat record."""
+    import torch
+    import optimus_eq
+    from synthetic import make_graph_of_size
+
+    torch.manual_seed(0)
+    gm, inputs, meta = make_graph_of_size(size)
+    rec = dict(size=size, strategy=strategy, **meta)
+    with torch.no_grad():
+        ref = _first_tensor(gm(*inputs)).clone()
+
+    t0 = time.perf_counter()
+    try:
+        gm2, rep = optimus_eq.optimize(gm, inputs, strategy=strategy)
+    except Exception as e:  # record and keep the sweep going
+        rec.update(wall_s=time.perf_counter() - t0, error=f"{type(e).__name__}: {e}"[:500])
+        return rec
+    rec["wall_s"] = time.perf_counter() - t0
+
+    rec.update(
+        nodes_in=rep.nodes_before, nodes_out=rep.nodes_after,
+        fx_nodes_out=len(gm2.graph.nodes) if hasattr(gm2, "graph") else None,
+        times={k: float(v) for k, v in (rep.times or {}).items()},
+        egraph_nodes=rep.egraph_nodes, egraph_classes=rep.egraph_classes,
+        iterations=rep.iterations, stop_reason=rep.stop_reason, fallback=rep.fallback,
+        ops_before=dict(rep.ops_before), ops_after=dict(rep.ops_after),
+        patterns_fired=dict(rep.patterns_fired),
+        # optional Report fields (present in the current Report, not in the minimal contract)
+        **{k: getattr(rep, k) for k in ("extractor", "extract_note", "cost_before", "cost_after", "left_opaque")
+           if hasattr(rep, k)},
+    )
+    try:
+        with torch.no_grad():
+            out = _first_tensor(gm2(*inputs))
+        rec["allclose"] = bool(out.shape == ref.shape and torch.allclose(out, ref, rtol=1e-5, atol=1e-6))
+        rec["max_abs_err"] = float((out - ref).abs().max()) if out.shape == ref.shape else None
+    except Exception as e:
+        rec.update(allclose=False, run_error=f"{type(e).__name__}: {e}"[:500])
+    return rec
+
+
+def _child(size: int, strategy: str) -> None:
+    rec = run_case(size, strategy)
+    rec["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(MARK + json.dumps(rec), flush=True)
+
+
+def spawn(size: int, strategy: str, timeout: float) -> dict:
+    """Run one case in a child python; returns its record or an error record."""
+    cmd = [sys.executable, __file__, "--one", str(size), strategy]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(ROOT / "src"), str(ROOT / "bridge"), os.environ.get("PYTHONPATH", "")]))
+    t0 = time.perf_counter()
+    try:
+        cp = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return dict(size=size, strategy=strategy, error=f"timeout after {timeout:.0f}s")
+    for line in cp.stdout.splitlines():
+        if line.startswith(MARK):
+            return json.loads(line[len(MARK):])
+    tail = (cp.stderr or cp.stdout).strip().splitlines()[-5:]
+    return dict(size=size, strategy=strategy, error=f"child rc={cp.returncode}: " + " | ".join(tail),
+                wall_s=time.perf_counter() - t0)
+
+
+def _fmt(v, nd=2):
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{nd}f}"
+    return str(v)
+
+
+def _cost(r: dict) -> str:
+    """Cost-model estimate (microseconds), 'before->after' when the report has both."""
+    before, after = r.get("cost_before"), r.get("cost_after")
+    return f"{before:.0f}->{after:.0f}" if before is not None and after is not None else _fmt(after, 0)
+
+
+def markdown(records: list[dict]) -> str:
+    """One row per (size, strategy): FX nodes, phase seconds, e-graph size, checks."""
+    hdr = ["size", "strategy", "N x L", "build s", "fakeprop s", "nodes in", "nodes out",
+           *[f"{p} s" for p in PHASES], "wall s", "e-nodes", "e-classes", "iters", "stop", "extractor", "cost us",
+           "allclose", "RSS MiB", "note"]
+    rows = ["| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
+    for r in records:
+        t = r.get("times", {})
+        note = r.get("error") or r.get("fallback") or r.get("run_error") or ""
+        cells = [r["size"], r["strategy"], f"{r.get('num_fields', '?')}x{r.get('layers', '?')}",
+                 _fmt(r.get("build_s")), _fmt(r.get("fake_prop_s")), _fmt(r.get("nodes_in")),
+                 _fmt(r.get("nodes_out")), *[_fmt(t.get(p), 3) for p in PHASES], _fmt(r.get("wall_s"), 3),
+                 _fmt(r.get("egraph_nodes")), _fmt(r.get("egraph_classes")), _fmt(r.get("iterations")),
+                 _fmt(r.get("stop_reason")), _fmt(r.get("extractor")),
+                 _cost(r), _fmt(r.get("allclose")), _fmt(r.get("peak_rss_mib"), 0),
+                 str(note).replace("|", "/")[:120]]
+        rows.append("| " + " | ".join(map(str, cells)) + " |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="optimus-eq optimizer speed at scale")
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 5000, 20000, 50000])
+    ap.add_argument("--strategies", nargs="+", default=["greedy", "eqsat"])
+    ap.add_argument("--out", default=str(HERE / "results" / "scale_cpu.json"))
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds per (size, strategy) child")
+    ap.add_argument("--one", nargs=2, metavar=("SIZE", "STRATEGY"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        return _child(int(args.one[0]), args.one[1])
+
+    from tqdm import tqdm
+
+    cases = [(n, s) for n in args.sizes for s in args.strategies]
+    records = []
+    bar = tqdm(cases, unit="case")
+    for size, strat in bar:
+        bar.set_description(f"{size} nodes / {strat}")
+        records.append(spawn(size, strat, args.timeout))
+        r = records[-1]
+        bar.write(f"{size:>6} {strat:<7} wall={_fmt(r.get('wall_s'), 2)}s out={_fmt(r.get('nodes_out'))} "
+                  f"allclose={_fmt(r.get('allclose'))} {r.get('error') or r.get('fallback') or ''}")
+
+    import importlib.metadata as md
+
+    import torch
+    try:
+        egglog_v = md.version("egglog")
+    except md.PackageNotFoundError:
+        egglog_v = None
+    env = dict(python=platform.python_version(), torch=torch.__version__, egglog=egglog_v,
+               machine=platform.machine(), cpus=os.cpu_count(), processor=platform.processor())
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(dict(env=env, records=records), indent=1))
+    table = markdown(records)
+    out.with_suffix(".md").write_text(table + "\n")
+    print(table)
+    print(f"\nwrote {out} and {out.with_suffix('.md')}")
+
+
+if __name__ == "__main__":
+    main()

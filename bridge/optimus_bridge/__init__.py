@@ -1,0 +1,1 @@
+"""The bridge between torch.fx and optimus_eq's e-graphs: translation, lowering, torch.compile hooks."""

@@ -1,0 +1,270 @@
+"""Extracted term DAG -> FX GraphModule (Torch-IR), with the original calling convention.
+
+Lowering is a table keyed by constructor (:data:`_VIEW_LOWERING` plus the recipe of each pure op).
+Each chosen e-node is emitted once, so sharing is preserved. Kept (opaque) FX nodes are copied in
+their original relative order, which keeps the order of in-place mutations and random ops.
+
+Afterwards the outputs are checked against the original graph's: an output that used to own its
+storage (a cat, say) but now aliases an input or another output gets a ``clone``; an output whose
+strides differ from eager's gets ``.contiguous()`` when eager's was contiguous. Meta (``val`` and
+``example_value`` FakeTensors) is filled by FakeTensorProp for Inductor.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Callable
+
+import torch
+from torch.fx import Graph, GraphModule, Node
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+from optimus_bridge import vocab
+from optimus_bridge.translate import Slot, Translation, meta_val
+from optimus_eq.extract import EGraphView
+
+_VIEW_LOWERING: dict[str, Callable] = {
+    "Narrow": lambda g, x, lit: g.call_function(torch.narrow, (x, lit[0], lit[1], lit[2])),
+    "Select": lambda g, x, lit: g.call_function(torch.select, (x, lit[0], lit[1])),
+    "Unsqueeze": lambda g, x, lit: g.call_function(torch.unsqueeze, (x, lit[0])),
+    "Reshape": lambda g, x, lit: g.call_function(torch.reshape, (x, tuple(lit[0]))),
+    "Permute": lambda g, x, lit: g.call_function(torch.permute, (x, tuple(lit[0]))),
+}
+
+_VIEW_TARGETS = {torch.narrow, torch.select, torch.unsqueeze, torch.reshape, torch.permute}
+
+
+class LoweringError(RuntimeError):
+    """The extracted plan cannot be lowered faithfully (the caller falls back to the original graph)."""
+
+
+class Lowerer:
+    def __init__(self, t: Translation, view: EGraphView, choice: dict[str, str]) -> None:
+        self.t, self.view, self.choice = t, view, choice
+        self.graph = Graph()
+        self.env: dict[Node, Node] = {}
+        self.cval: dict[str, Node] = {}
+        self.kept = set(t.kept)
+        self._kept_pos = {n: i for i, n in enumerate(t.kept)}
+        self._last_kept = -1
+
+    def class_of(self, node: Node) -> str:
+        return self.view.node_of[self.t.node_id[node]]
+
+    # -- original nodes ------------------------------------------------------------------------
+    def value_of_node(self, n: Node) -> Node:
+        if n in self.env:
+            return self.env[n]
+        if n in self.kept:
+            return self.emit_kept(n)
+        if n in self.t.node_var:
+            return self.emit_class(self.class_of(n))
+        raise LoweringError(f"node {n.name} has no lowering")
+
+    def emit_kept(self, n: Node) -> Node:
+        if n in self.env:
+            return self.env[n]
+        for a in n.all_input_nodes:
+            self.value_of_node(a)
+        pos = self._kept_pos[n]
+        if pos < self._last_kept:
+            raise LoweringError(f"kept node {n.name} would move before an earlier kept node")
+        self._last_kept = pos
+        new = self.graph.node_copy(n, lambda a: self.value_of_node(a))
+        self.env[n] = new
+        return new
+
+    # -- e-classes -------------------------------------------------------------------------------
+    def _list(self, cls: str) -> list[str]:
+        out = []
+        while True:
+            node = self.view.nodes[self.choice[cls]]
+            if node.op in ("Nil", "ANil"):
+                return out
+            out.append(node.children[0])
+            cls = node.children[1]
+
+    def _deps(self, cls: str) -> list[str]:
+        node = self.view.nodes[self.choice[cls]]
+        if node.op in ("Cat", "Apply", "Binary"):
+            kids = []
+            for c in node.children:
+                if self.view.nodes[self.choice[c]].op in ("Cons", "Nil", "ACons", "ANil"):
+                    kids.extend(self._list(c))
+                else:
+                    kids.append(c)
+            if node.op == "Apply" and node.literals[0] in self.t.opaque_keys:
+                return []
+            return kids
+        if node.op == "Leaf":
+            return []
+        return list(node.children)
+
+    def emit_class(self, root: str) -> Node:
+        stack = [root]
+        while stack:
+            cls = stack[-1]
+            if cls in self.cval:
+                stack.pop()
+                continue
+            missing = [c for c in self._deps(cls) if c not in self.cval]
+            if missing:
+                stack.extend(missing)
+                continue
+            stack.pop()
+            self.cval[cls] = self._emit_node(cls)
+        return self.cval[root]
+
+    def _emit_node(self, cls: str) -> Node:
+        g, node = self.graph, self.view.nodes[self.choice[cls]]
+        op, lit = node.op, node.literals
+        if op in ("Leaf", "Apply") and lit[0] in self.t.opaque_keys:
+            return self.emit_kept(self.t.opaque_keys[lit[0]])
+        if op in _VIEW_LOWERING:
+            return _VIEW_LOWERING[op](g, self.cval[node.children[0]], lit)
+        if op == "Cat":
+            elems = self._list(node.children[0])
+            first = self.view.nodes[self.choice[node.children[0]]]
+            dim = first.literals[0]
+            kids = [self.view.nodes[self.choice[e]] for e in elems]
+            if all(k.op == "Unsqueeze" and k.literals[0] == dim for k in kids):
+                inner = [self.cval[k.children[0]] for k in kids]  # the unsqueezes become dead
+                return g.call_function(torch.stack, (inner, dim))
+            return g.call_function(torch.cat, ([self.cval[e] for e in elems], dim))
+        if op in ("Unary", "Binary", "Apply"):
+            recipe = self.t.recipes[lit[0]]
+            kids = self._deps(cls)
+            vals = [self.cval[c] for c in kids]
+            args = torch.fx.node.map_aggregate(recipe.args, lambda a: vals[a.index] if isinstance(a, Slot) else a)
+            kwargs = torch.fx.node.map_aggregate(recipe.kwargs, lambda a: vals[a.index] if isinstance(a, Slot) else a)
+            if recipe.op == "call_method":
+                return g.call_method(recipe.target, tuple(args), dict(kwargs))
+            return g.call_function(recipe.target, tuple(args), dict(kwargs))
+        raise LoweringError(f"no lowering for e-node {op}")
+
+    def run(self) -> GraphModule:
+        old_limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(old_limit, 20000))
+        try:
+            for n in self.t.kept:
+                self.emit_kept(n)
+            out_node = next(n for n in reversed(self.t.gm.graph.nodes) if n.op == "output")
+            out_args = torch.fx.node.map_arg(out_node.args[0], self.value_of_node)
+            new_out = self.graph.output(out_args)
+            new_out.meta = dict(out_node.meta)
+        finally:
+            sys.setrecursionlimit(old_limit)
+        self._unalias_outputs(out_node, new_out)
+        self._remove_dead_terms()
+        gm = GraphModule(self.t.gm, self.graph)
+        fill_meta(gm, self.t.gm)
+        if _fix_strides(gm, out_node):
+            fill_meta(gm, self.t.gm)
+        return gm
+
+    def _remove_dead_terms(self) -> None:
+        """Drop emitted term nodes nobody uses; kept (copied) nodes always stay."""
+        copies = set(self.env.values())
+        for n in reversed(list(self.graph.nodes)):
+            if not n.users and n.op != "output" and n not in copies:
+                self.graph.erase_node(n)
+
+    def _unalias_outputs(self, old_out: Node, new_out: Node) -> None:
+        old = _flat_nodes(old_out.args[0])
+        new = _flat_nodes(new_out.args[0])
+        if len(old) != len(new):
+            raise LoweringError("output structure changed")
+        new_roots = [_storage_root(n, lambda x: x.op == "call_function" and x.target in _VIEW_TARGETS
+                                   or _is_view(x)) for n in new]
+        old_roots = [_storage_root(n, _is_view) for n in old]
+        copy_of = {v: k for k, v in self.env.items()}
+        seen: dict[Node, Node] = {}
+        for i, (o, n, oroot, nroot) in enumerate(zip(old, new, old_roots, new_roots)):
+            if not isinstance(o, Node) or not isinstance(meta_val(o), torch.Tensor):
+                continue
+            fresh_before = oroot.op in ("call_function", "call_method") and vocab.op_name(oroot) in vocab.FRESH_OPS
+            foreign = (nroot.op in ("placeholder", "get_attr")
+                       or (nroot in seen and seen[nroot] is not oroot)
+                       or (nroot in copy_of and copy_of[nroot] is not oroot))
+            if fresh_before and foreign:
+                with self.graph.inserting_before(new_out):
+                    clone = self.graph.call_method("clone", (n,))
+                _replace_output_at(new_out, i, clone)
+                nroot = clone
+            seen.setdefault(nroot, oroot)
+
+
+def _is_view(n: Node) -> bool:
+    name = vocab.op_name(n)
+    return name is not None and name not in vocab.FRESH_OPS and name not in ("dropout",) and \
+        n.op in ("call_function", "call_method")
+
+
+def _storage_root(n: Node, is_view) -> Node:
+    while is_view(n) and n.all_input_nodes:
+        n = n.all_input_nodes[0]
+    return n
+
+
+def _flat_nodes(args) -> list:
+    out: list = []
+    torch.fx.node.map_aggregate(args, lambda a: out.append(a) or a)
+    return out
+
+
+def _replace_output_at(out: Node, index: int, value: Node) -> None:
+    counter = iter(range(10**9))
+
+    def swap(a):
+        return value if next(counter) == index else a
+
+    out.args = (torch.fx.node.map_aggregate(out.args[0], swap),)
+
+
+def _fix_strides(gm: GraphModule, old_out: Node) -> bool:
+    """Make outputs contiguous where eager's were and ours are not. True if the graph changed."""
+    new_out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    old, new = _flat_nodes(old_out.args[0]), _flat_nodes(new_out.args[0])
+    changed = False
+    for i, (o, n) in enumerate(zip(old, new)):
+        ov, nv = meta_val(o), meta_val(n) if isinstance(n, Node) else None
+        if not isinstance(ov, torch.Tensor) or not isinstance(nv, torch.Tensor):
+            continue
+        if tuple(ov.shape) != tuple(nv.shape) or ov.dtype != nv.dtype:
+            raise LoweringError(f"output {i} changed shape or dtype: {tuple(ov.shape)} {ov.dtype} -> "
+                                f"{tuple(nv.shape)} {nv.dtype}")
+        if ov.numel() > 1 and ov.stride() != nv.stride():
+            if not ov.is_contiguous():
+                raise LoweringError(f"output {i} strides {nv.stride()} differ from eager's {ov.stride()}")
+            with gm.graph.inserting_before(new_out):
+                c = gm.graph.call_method("contiguous", (n,))
+            _replace_output_at(new_out, i, c)
+            changed = True
+    if changed:
+        gm.recompile()
+    return changed
+
+
+def fill_meta(gm: GraphModule, original: GraphModule) -> None:
+    """Fill ``val`` / ``example_value`` on every node by FakeTensor propagation from the inputs' meta."""
+    fakes = [meta_val(n) for n in original.graph.nodes if n.op == "placeholder"]
+    mode = torch._guards.detect_fake_mode([f for f in fakes if isinstance(f, torch.Tensor)])
+    if mode is None:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with mode:
+        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+    for n in gm.graph.nodes:
+        if "val" in n.meta:
+            n.meta["example_value"] = n.meta["val"]
+
+
+def lower(t: Translation, view: EGraphView, choice: dict[str, str]) -> GraphModule:
+    """Lower the extracted plan ``choice`` (e-class -> e-node id) to a GraphModule.
+
+    Raises:
+        LoweringError: when the plan would reorder kept nodes or change an output's shape, dtype or
+            (non-contiguous) strides.
+    """
+    return Lowerer(t, view, choice).run()

@@ -1,0 +1,522 @@
+"""FX (Torch-IR) -> e-graph terms.
+
+Each FX node becomes at most one term, shared by all its users (a DAG, never expanded as a tree). The
+whole graph is inserted as ONE query-less egglog rule whose actions are rule-local lets, built as
+``egglog.bindings`` objects (../shared/EGGLOG_NOTES.md: one ``let`` command per node is superlinear).
+
+Canonical forms (the ``normalization_pass``): split / chunk outputs and basic slices are
+``Narrow(x, d, start, length, n)``, unbind outputs and integer indices are ``Select(x, d, i, n)``,
+``stack`` is ``Cat`` of ``Unsqueeze``, every view-like reshape is ``Reshape(x, static_shape)``; dims are
+normalized to be non-negative, sizes come from FakeTensor meta.
+
+Left exactly as they are (opaque, their FX node is copied at lowering): ops outside the vocabulary,
+nodes with symbolic (dynamic) sizes, nodes whose dims or sizes are not plain ints, and every node that
+reads or writes a tensor that is mutated in place (or an alias of it), so no rewrite changes what a
+mutation sees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from egglog import bindings as eb
+from torch.fx import GraphModule, Node
+
+from optimus_bridge import vocab
+
+_SPAN = eb.RustSpan("optimus_bridge.translate", 0, 0)
+
+
+class Unsupported(Exception):
+    """Raised inside a per-node translator: the node stays opaque."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How to lower a pure ``Unary``/``Binary``/``Apply`` term: the FX call with tensor slots.
+
+    ``args``/``kwargs`` hold :class:`Slot` markers where the term's tensor children go, in order.
+    ``name`` is the vocabulary name (``"tanh"``, ``"linear"``), ``op`` the FX opcode.
+    """
+
+    name: str
+    op: str
+    target: Any
+    args: tuple
+    kwargs: dict
+
+
+@dataclass(frozen=True)
+class Slot:
+    index: int
+
+
+@dataclass
+class Translation:
+    """The e-graph insertion program and the maps lowering needs.
+
+    Attributes:
+        gm: the input GraphModule.
+        actions: egglog actions (lets, unions, shape rows) that insert the graph.
+        node_var: FX node -> name of the let that holds its term (tensor-valued nodes only).
+        node_id: FX node -> integer id used in ``(NodeOf id)`` rows (to find its e-class later).
+        pieces: split/chunk/unbind node -> let names of its outputs.
+        kept: nodes copied verbatim at lowering (opaque ops, non-tensor values they need, mutations).
+        keys: op key string -> the integer that stands for it in the e-graph (interned).
+        opaque_keys: opaque key id -> the FX node it stands for.
+        recipes: pure op key id -> :class:`Recipe`.
+        roots: nodes whose terms must be extracted (graph outputs and opaque terms).
+        normalized: how many nodes were rewritten to a canonical form (normalization_pass firings).
+        frozen: nodes left opaque because of in-place mutation.
+        symbolic: nodes left opaque because of symbolic sizes.
+    """
+
+    gm: GraphModule
+    actions: list = field(default_factory=list)
+    node_var: dict[Node, str] = field(default_factory=dict)
+    node_id: dict[Node, int] = field(default_factory=dict)
+    pieces: dict[Node, list[str]] = field(default_factory=dict)
+    kept: list[Node] = field(default_factory=list)
+    keys: dict[str, int] = field(default_factory=dict)
+    opaque_keys: dict[int, Node] = field(default_factory=dict)
+    recipes: dict[int, Recipe] = field(default_factory=dict)
+    roots: list[Node] = field(default_factory=list)
+    normalized: int = 0
+    frozen: set[Node] = field(default_factory=set)
+    symbolic: int = 0
+
+
+# -- egglog expression helpers -------------------------------------------------------------------
+
+def _call(name: str, *args) -> eb.Call:
+    return eb.Call(_SPAN, name, list(args))
+
+
+def _int(v: int) -> eb.Lit:
+    return eb.Lit(_SPAN, eb.Int(int(v)))
+
+
+def _var(name: str) -> eb.Var:
+    return eb.Var(_SPAN, name)
+
+
+def _ivec(values) -> eb.Call:
+    return _call("vec-of", *[_int(v) for v in values])
+
+
+# -- meta helpers --------------------------------------------------------------------------------
+
+def meta_val(node: Node):
+    """The FakeTensor (or tuple of them) dynamo or FakeTensorProp stored on ``node``."""
+    val = node.meta.get("val", None)
+    if val is None:
+        val = node.meta.get("example_value", None)
+    return val
+
+
+def is_static_tensor(val) -> bool:
+    return isinstance(val, torch.Tensor) and all(isinstance(s, int) for s in val.shape)
+
+
+def _norm_dim(dim, rank: int) -> int:
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        raise Unsupported(f"dim {dim!r} is not an int")
+    if not -rank <= dim < max(rank, 1):
+        raise Unsupported(f"dim {dim} out of range for rank {rank}")
+    return dim % rank if rank else 0
+
+
+def _inputs(node: Node) -> list:
+    """Positional inputs with ``self`` first for both ``torch.f(x, ...)`` and ``x.f(...)`` forms."""
+    return list(node.args)
+
+
+def _arg(node: Node, pos: int, name: str, default=None):
+    args = node.args
+    if len(args) > pos:
+        return args[pos]
+    return node.kwargs.get(name, default)
+
+
+# -- alias and mutation analysis ----------------------------------------------------------------
+
+def frozen_nodes(gm: GraphModule) -> set[Node]:
+    """Nodes that must stay exactly as they are because a tensor they touch is mutated in place.
+
+    The alias groups join a node with its tensor inputs unless its op is known to return fresh
+    storage (cat, linear, tanh, ...); unknown ops are assumed to alias. A group with a mutated member
+    is frozen, and so is every reader of a frozen node.
+    """
+    nodes = list(gm.graph.nodes)
+    mutated = [n for n in nodes if vocab.is_mutation(n, gm)]
+    if not mutated:
+        return set()
+    parent: dict[Node, Node] = {}
+
+    def find(n: Node) -> Node:
+        while parent.get(n, n) is not n:
+            parent[n] = parent.get(parent[n], parent[n])
+            n = parent[n]
+        return n
+
+    for n in nodes:
+        if n.op in ("placeholder", "get_attr", "output") or vocab.op_name(n) in vocab.FRESH_OPS:
+            continue
+        for a in n.all_input_nodes:
+            ra, rn = find(a), find(n)
+            if ra is not rn:
+                parent[ra] = rn
+    bad_roots = {find(n) for n in mutated}
+    for n in mutated:
+        bad_roots.update(find(a) for a in n.all_input_nodes)
+    frozen = {n for n in nodes if find(n) in bad_roots}
+    frozen.update(mutated)
+    readers = {u for n in frozen for u in n.users if u.op != "output"}
+    return frozen | readers
+
+
+# -- the translator ------------------------------------------------------------------------------
+
+class Translator:
+    """Builds a :class:`Translation` for one Torch-IR GraphModule (see module docstring)."""
+
+    def __init__(self, gm: GraphModule) -> None:
+        self.gm = gm
+        self.t = Translation(gm=gm)
+        self._n = 0
+        self._deps: dict[Node, list[str]] = {}  # kept non-tensor node -> term lets it depends on
+
+    def _key(self, text: str) -> int:
+        return self.t.keys.setdefault(text, len(self.t.keys))
+
+    def _let(self, expr) -> str:
+        self._n += 1
+        name = f"v{self._n}"
+        self.t.actions.append(eb.Let(_SPAN, name, expr))
+        return name
+
+    def _bind(self, node: Node, var: str, val) -> str:
+        """Record ``var`` as the term of ``node``: a ``NodeOf`` row and its static shape."""
+        nid = len(self.t.node_id)
+        self.t.node_id[node] = nid
+        self.t.node_var[node] = var
+        self.t.actions.append(eb.Union(_SPAN, _call("NodeOf", _int(nid)), _var(var)))
+        self.t.actions.append(eb.Set(_SPAN, "shape", [_var(var)], _ivec(val.shape)))
+        return var
+
+    def run(self) -> Translation:
+        t = self.t
+        t.frozen = frozen_nodes(self.gm)
+        for node in self.gm.graph.nodes:
+            if node.op == "output":
+                self._output(node)
+                continue
+            val = meta_val(node)
+            if node in t.frozen or node.op not in ("call_function", "call_method"):
+                self._opaque(node, val)
+                continue
+            name = vocab.op_name(node)
+            if name is None:
+                self._opaque(node, val)
+                continue
+            try:
+                if name in ("split", "chunk", "unbind"):
+                    self._split(node, name, val)
+                elif is_static_tensor(val):
+                    self._bind(node, self._tensor_op(node, name, val), val)
+                else:
+                    raise Unsupported("not a tensor with static shape")
+                if name not in vocab.APPLY_OPS and name not in vocab.UNARY_OPS | vocab.ARITH_OPS:
+                    t.normalized += 1
+            except Unsupported:
+                if not is_static_tensor(val) and isinstance(val, torch.Tensor):
+                    t.symbolic += 1
+                self._opaque(node, val)
+        return t
+
+    # the value of an input node as a term let name, or Unsupported
+    def _term(self, a) -> str:
+        if isinstance(a, Node) and a in self.t.node_var:
+            return self.t.node_var[a]
+        raise Unsupported(f"input {a!r} is not a translated tensor")
+
+    def _opaque(self, node: Node, val) -> None:
+        """Keep ``node`` verbatim; if it is a tensor, it becomes an opaque term (forced at extraction)."""
+        t = self.t
+        t.kept.append(node)
+        deps: list[str] = []
+        for a in node.all_input_nodes:
+            if a in t.node_var:
+                deps.append(t.node_var[a])
+            elif a in t.pieces:
+                deps.extend(t.pieces[a])
+                if a not in t.kept:  # the tuple itself is needed: copy the split verbatim too
+                    self._keep_tuple(a)
+            else:
+                deps.extend(self._deps.get(a, []))
+        deps = list(dict.fromkeys(deps))
+        if isinstance(val, torch.Tensor) and node.op != "output":
+            key = self._key(f"opaque:{node.name}")
+            t.opaque_keys[key] = node
+            if deps:
+                args = _call("ANil")
+                for d in reversed(deps):
+                    args = _call("ACons", _var(d), args)
+                var = self._let(_call("Apply", _int(key), args))
+            else:
+                var = self._let(_call("Leaf", _int(key)))
+            if is_static_tensor(val):
+                self._bind(node, var, val)
+            else:
+                nid = len(t.node_id)
+                t.node_id[node] = nid
+                t.node_var[node] = var
+                t.actions.append(eb.Union(_SPAN, _call("NodeOf", _int(nid)), _var(var)))
+            t.roots.append(node)
+        else:
+            self._deps[node] = deps
+
+    def _keep_tuple(self, node: Node) -> None:
+        """A split/unbind tuple used whole by an opaque op is copied verbatim (its pieces stay terms)."""
+        self.t.kept.append(node)
+        self._deps[node] = [self.t.node_var[a] for a in node.all_input_nodes if a in self.t.node_var]
+
+    def _output(self, node: Node) -> None:
+        t = self.t
+        for a in node.all_input_nodes:
+            if a in t.node_var:
+                t.roots.append(a)
+            elif a in t.pieces and a not in t.kept:
+                self._keep_tuple(a)
+
+    # -- split / chunk / unbind: a tuple of pieces ----------------------------------------------
+    def _split(self, node: Node, name: str, val) -> None:
+        x = node.args[0] if node.args else node.kwargs.get("input", node.kwargs.get("self"))
+        xv = self._term(x)
+        x_val = meta_val(x)
+        if not is_static_tensor(x_val) or not isinstance(val, (tuple, list)):
+            raise Unsupported("split of a tensor without static shape")
+        if not all(is_static_tensor(p) for p in val):
+            raise Unsupported("symbolic split outputs")
+        rank = x_val.dim()
+        default_dim = 0
+        dim = _norm_dim(_arg(node, 2 if name != "unbind" else 1, "dim", default_dim), rank)
+        n = x_val.shape[dim]
+        if name != "unbind":
+            size_arg = _arg(node, 1, "split_size_or_sections" if name == "split" else "chunks")
+            if size_arg is None:
+                size_arg = node.kwargs.get("split_size", node.kwargs.get("split_sizes"))
+            if isinstance(size_arg, Node) or (isinstance(size_arg, (list, tuple))
+                                              and any(not isinstance(s, int) for s in size_arg)):
+                raise Unsupported("split sizes are not plain ints")
+        vars_: list[str] = []
+        start = 0
+        for p in val:
+            if name == "unbind":
+                vars_.append(self._let(_call("Select", _var(xv), _int(dim), _int(len(vars_)), _int(n))))
+            else:
+                length = p.shape[dim]
+                vars_.append(self._let(_call("Narrow", _var(xv), _int(dim), _int(start), _int(length), _int(n))))
+                start += length
+        if name != "unbind" and start != n:
+            raise Unsupported("split sections do not cover the tensor")
+        self.t.pieces[node] = vars_
+
+    # -- ops with one tensor result -------------------------------------------------------------
+    def _tensor_op(self, node: Node, name: str, val) -> str:
+        args = node.args
+        if name == "getitem":
+            return self._getitem(node, val)
+        x = args[0] if args else None
+        if name in ("cat", "stack"):
+            return self._cat(node, name, val)
+        xv = self._term(x)
+        x_val = meta_val(x)
+        if not is_static_tensor(x_val):
+            raise Unsupported("input without static shape")
+        rank = x_val.dim()
+        if name == "narrow":
+            dim = _norm_dim(_arg(node, 1, "dim"), rank)
+            start, length = _arg(node, 2, "start"), _arg(node, 3, "length")
+            if not isinstance(start, int) or not isinstance(length, int):
+                raise Unsupported("narrow bounds are not ints")
+            n = x_val.shape[dim]
+            start = start % n if start < 0 else start
+            return self._let(_call("Narrow", _var(xv), _int(dim), _int(start), _int(length), _int(n)))
+        if name == "unsqueeze":
+            dim = _norm_dim(_arg(node, 1, "dim"), rank + 1)
+            return self._let(_call("Unsqueeze", _var(xv), _int(dim)))
+        if name in vocab.RESHAPE_OPS:
+            if tuple(val.shape) == tuple(x_val.shape):
+                return xv
+            return self._let(_call("Reshape", _var(xv), _ivec(val.shape)))
+        if name in ("permute", "transpose", "movedim", "t"):
+            perm = self._perm(node, name, rank)
+            if perm == list(range(rank)):
+                return xv
+            return self._let(_call("Permute", _var(xv), _ivec(perm)))
+        if name == "contiguous":
+            if _arg(node, 1, "memory_format", torch.contiguous_format) is not torch.contiguous_format:
+                raise Unsupported("contiguous with a memory format")
+            return xv
+        if name == "dropout":
+            p, training = _arg(node, 1, "p", 0.5), _arg(node, 2, "training", True)
+            if name == "dropout" and node.target is torch.dropout:
+                training = _arg(node, 2, "train", True)
+            if training is False or p == 0:
+                return xv
+            raise Unsupported("dropout in training mode is random")
+        if name in vocab.UNARY_OPS or name in vocab.ARITH_OPS or name in vocab.APPLY_OPS:
+            return self._pure(node, name, val)
+        raise Unsupported(name)
+
+    def _perm(self, node: Node, name: str, rank: int) -> list[int]:
+        if name == "t":
+            return list(range(rank))[::-1] if rank == 2 else list(range(rank))
+        if name == "permute":
+            dims = node.args[1:] if node.op == "call_method" else (_arg(node, 1, "dims"),)
+            if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
+                dims = dims[0]
+            if not dims and "dims" in node.kwargs:
+                dims = node.kwargs["dims"]
+            perm = [_norm_dim(d, rank) for d in dims]
+            if sorted(perm) != list(range(rank)):
+                raise Unsupported("not a permutation")
+            return perm
+        if name == "transpose":
+            d0, d1 = _norm_dim(_arg(node, 1, "dim0"), rank), _norm_dim(_arg(node, 2, "dim1"), rank)
+            perm = list(range(rank))
+            perm[d0], perm[d1] = perm[d1], perm[d0]
+            return perm
+        src, dst = _arg(node, 1, "source"), _arg(node, 2, "destination")
+        if not isinstance(src, int) or not isinstance(dst, int):
+            raise Unsupported("movedim with several dims")
+        src, dst = _norm_dim(src, rank), _norm_dim(dst, rank)
+        order = [d for d in range(rank) if d != src]
+        order.insert(dst, src)
+        return order
+
+    def _getitem(self, node: Node, val) -> str:
+        src, idx = node.args
+        if src in self.t.pieces:
+            if not isinstance(idx, int):
+                raise Unsupported("tuple index is not an int")
+            return self.t.pieces[src][idx]
+        xv = self._term(src)
+        x_val = meta_val(src)
+        if not is_static_tensor(x_val):
+            raise Unsupported("input without static shape")
+        items = list(idx) if isinstance(idx, tuple) else [idx]
+        if sum(1 for i in items if i is Ellipsis) > 1:
+            raise Unsupported("two ellipses")
+        consumed = sum(1 for i in items if i is not None and i is not Ellipsis)
+        if consumed > x_val.dim():
+            raise Unsupported("too many indices")
+        expanded: list = []
+        for i in items:
+            if i is Ellipsis:
+                expanded.extend([slice(None)] * (x_val.dim() - consumed))
+            else:
+                expanded.append(i)
+        cur, shape = xv, list(x_val.shape)
+        dim = 0
+        for i in expanded:
+            if i is None:
+                cur = self._let(_call("Unsqueeze", _var(cur), _int(dim)))
+                shape.insert(dim, 1)
+                dim += 1
+            elif isinstance(i, bool) or not isinstance(i, (int, slice)):
+                raise Unsupported("advanced or symbolic index")
+            elif isinstance(i, int):
+                n = shape[dim]
+                if not -n <= i < n:
+                    raise Unsupported("index out of range")
+                cur = self._let(_call("Select", _var(cur), _int(dim), _int(i % n), _int(n)))
+                shape.pop(dim)
+            else:
+                if any(isinstance(v, Node) for v in (i.start, i.stop, i.step)):
+                    raise Unsupported("symbolic slice")
+                n = shape[dim]
+                start, stop, step = i.indices(n)
+                if step != 1:
+                    raise Unsupported("strided slice")
+                length = max(0, stop - start)
+                if (start, length) != (0, n):
+                    cur = self._let(_call("Narrow", _var(cur), _int(dim), _int(start), _int(length), _int(n)))
+                    shape[dim] = length
+                dim += 1
+        if tuple(shape) != tuple(val.shape):
+            raise Unsupported("index result shape disagrees with meta")
+        return cur
+
+    def _cat(self, node: Node, name: str, val) -> str:
+        tensors = _arg(node, 0, "tensors")
+        dim_arg = _arg(node, 1, "dim", node.kwargs.get("axis", 0))
+        if isinstance(tensors, Node) and tensors in self.t.pieces:
+            elems = list(self.t.pieces[tensors])
+            metas = list(meta_val(tensors))
+        elif isinstance(tensors, (list, tuple)) and tensors:
+            elems = [self._term(a) for a in tensors]
+            metas = [meta_val(a) for a in tensors]
+        else:
+            raise Unsupported("cat of an unknown list")
+        if any(m.dtype != val.dtype or m.device != val.device for m in metas):
+            raise Unsupported("cat with type promotion")
+        rank = val.dim()
+        dim = _norm_dim(dim_arg, rank)
+        if name == "cat" and any(m.dim() != rank for m in metas):
+            raise Unsupported("legacy cat of 1-d empty tensors")
+        lst = self._let(_call("Nil"))
+        for e in reversed(elems):
+            item = _call("Unsqueeze", _var(e), _int(dim)) if name == "stack" else _var(e)
+            lst = self._let(_call("Cons", _int(dim), item, _var(lst)))
+        return self._let(_call("Cat", _var(lst)))
+
+    def _pure(self, node: Node, name: str, val) -> str:
+        """Unary / Binary / Apply of a deterministic op; its key names the op and its constant args."""
+        slots: list[str] = []
+
+        def sub(a):
+            if isinstance(a, Node):
+                slots.append(self._term(a))
+                return Slot(len(slots) - 1)
+            if isinstance(a, (list, tuple)):
+                return type(a)(sub(x) for x in a)
+            if isinstance(a, dict):
+                return {k: sub(v) for k, v in a.items()}
+            if isinstance(a, (int, float, bool, str, type(None), torch.dtype, torch.device, torch.memory_format)):
+                return a
+            raise Unsupported(f"argument of type {type(a).__name__}")
+
+        args, kwargs = sub(tuple(node.args)), sub(dict(node.kwargs))
+        if not slots:
+            raise Unsupported("no tensor input")
+        key = self._key(f"{name}|{node.op}|{_target_name(node.target)}|{args!r}|{sorted(kwargs.items())!r}")
+        self.t.recipes[key] = Recipe(name, node.op, node.target, args, kwargs)
+        vs = [_var(s) for s in slots]
+        if len(slots) == 1 and (name in vocab.UNARY_OPS or name in vocab.ARITH_OPS):
+            return self._let(_call("Unary", _int(key), *vs))
+        if len(slots) == 2 and name in vocab.ARITH_OPS:
+            return self._let(_call("Binary", _int(key), *vs))
+        lst = _call("ANil")
+        for v in reversed(vs):
+            lst = _call("ACons", v, lst)
+        return self._let(_call("Apply", _int(key), lst))
+
+
+def _target_name(target) -> str:
+    if isinstance(target, str):
+        return target
+    mod = getattr(target, "__module__", None) or ""
+    return f"{mod}.{getattr(target, '__qualname__', getattr(target, '__name__', repr(target)))}"
+
+
+def translate(gm: GraphModule) -> Translation:
+    """Translate a Torch-IR GraphModule whose nodes carry FakeTensor meta into e-graph insertion actions.
+
+    Raises:
+        ValueError: if a placeholder lacks tensor meta (run FakeTensorProp first; ``optimize`` does).
+    """
+    return Translator(gm).run()

@@ -1,0 +1,51 @@
+"""A GPU cost model of e-nodes: kernel launches plus bytes moved (DESIGN.md, principle 5).
+
+cost(e-node) = kernels * launch_us + bytes / bytes_per_us   (microseconds)
+
+* views (Narrow, Select, Reshape, Permute, Unsqueeze) launch nothing and move nothing; they cost a tiny
+  ``view_us`` so that among equal plans the one with fewer nodes wins;
+* list cells (Cons, Nil, ACons, ANil) and bookkeeping cost nothing;
+* ``Cat`` is one kernel that reads and writes its output once;
+* ``Unary``/``Binary`` are one kernel each, reading their inputs and writing the output (Inductor fuses
+  chains of pointwise ops into one kernel; this model does not credit that yet);
+* ``Apply`` of a pure op is one kernel writing its output, reading its inputs;
+* opaque terms are forced into every plan, so their cost does not matter (0).
+
+Bytes are ``numel * 4`` (the e-graph does not carry dtypes; fp32 assumed). The constants below are
+initial values for an H200 (launch latency of a few microseconds, a few TB/s of HBM bandwidth); they are
+data, to be calibrated by measurement (bench/), not tuned by hand in code.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+VIEWS = frozenset(["Narrow", "Select", "Reshape", "Permute", "Unsqueeze"])
+FREE = frozenset(["Cons", "Nil", "ACons", "ANil", "Leaf"])
+
+
+@dataclass(frozen=True)
+class GPUCostModel:
+    """Constants of the cost model. Units: microseconds, bytes."""
+
+    launch_us: float = 4.0
+    bytes_per_us: float = 3.0e6
+    view_us: float = 1e-3
+    itemsize: int = 4
+
+    def node_cost(self, op: str, out_numel: int | None, in_numels: list[int | None], opaque: bool) -> float:
+        """Cost in microseconds of one e-node whose output has ``out_numel`` elements."""
+        if op in FREE or opaque:
+            return 0.0
+        if op in VIEWS:
+            return self.view_us
+        out_b = (out_numel or 0) * self.itemsize
+        in_b = sum((n or 0) for n in in_numels) * self.itemsize
+        if op == "Cat":
+            return self.launch_us + 2 * out_b / self.bytes_per_us
+        return self.launch_us + (out_b + in_b) / self.bytes_per_us
+
+
+def numel(shape) -> int | None:
+    return None if shape is None else math.prod(shape)

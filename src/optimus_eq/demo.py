@@ -1,0 +1,265 @@
+"""The demo: a small recommendation-style model full of split/cat junk, compiled with each strategy.
+
+`build_demo_model` makes the model; `run_demo` compiles it with `optimus_eq.backend(strategy=...)`,
+checks the outputs against eager and measures graph size, kernels, time per iteration and compile time.
+The command-line tool (`optimus-eq demo`) prints the results side by side.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+# Op kinds (as the report names them) that count as split/cat "junk".
+JUNK_OPS = ("split", "split_with_sizes", "tensor_split", "chunk", "cat", "concat", "stack", "unbind")
+
+# Profiler events under a compiled graph that allocate or alias memory but run no kernel.
+_NOT_KERNELS = frozenset(
+    {"aten::empty", "aten::empty_strided", "aten::as_strided", "aten::view", "aten::alias",
+     "aten::_reinterpret_tensor", "aten::detach", "aten::resize_"}
+)
+
+
+class DemoModel(nn.Module):
+    """Dense features [B, N*D] of N fields of width D, with the junk that model code often carries.
+
+    Every split/chunk/unbind below is undone by a cat/stack in order, so a vertical split/cat algebra
+    removes all of it: split -> same pointwise op per piece -> cat is one pointwise op on the whole
+    tensor; unbind -> stack is the tensor; split -> cat is the tensor. What is left is
+    sigmoid(relu(tanh(x))) -> Linear -> LayerNorm -> + x.
+    """
+
+    def __init__(self, num_fields: int = 16, dim: int = 32) -> None:
+        super().__init__()
+        self.num_fields, self.dim = num_fields, dim
+        width = num_fields * dim
+        self.linear = nn.Linear(width, width)
+        self.norm = nn.LayerNorm(width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n, d = self.num_fields, self.dim
+        # per-field pointwise ops, three spellings of "split per field"
+        h = torch.cat([torch.tanh(p) for p in torch.split(x, d, dim=1)], dim=1)
+        h = torch.cat([torch.relu(p) for p in h.split(d, dim=1)], dim=1)
+        h = torch.cat([torch.sigmoid(p) for p in torch.chunk(h, n, dim=1)], dim=1)
+        # unbind -> stack of a [B, N, D] view
+        v = h.view(-1, n, d)
+        v = torch.stack(torch.unbind(v, dim=1), dim=1)
+        h = v.reshape(-1, n * d)
+        # split -> cat round trip in front of the dense layers
+        half = (n * d) // 2
+        a, b = torch.split(h, [half, n * d - half], dim=1)
+        h = torch.cat([a, b], dim=1)
+        return self.norm(self.linear(h)) + x
+
+
+def build_demo_model(
+    num_fields: int = 16, dim: int = 32, batch: int = 256, *, device: str | torch.device = "cpu",
+    seed: int = 0,
+) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """The demo model (in eval mode) and its example inputs: one tensor of shape [batch, num_fields*dim]."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = DemoModel(num_fields, dim)
+    x = torch.randn(batch, num_fields * dim, generator=gen)
+    return model.eval().to(device), (x.to(device),)
+
+
+def junk_count(ops: Mapping[str, int] | None) -> int | None:
+    """How many split/chunk/cat/stack/unbind nodes an op-kind histogram holds."""
+    if ops is None:
+        return None
+    return sum(int(ops.get(k, 0)) for k in JUNK_OPS)
+
+
+# Kineto's C++ logger writes these to fd 2 on every profile, whatever KINETO_LOG_LEVEL says.
+_KINETO_LINE = re.compile(r"^(USDT|STAGE|INFO):\d{4}-\d\d-\d\d [^\]]*\.cpp:\d+\]")
+
+
+@contextlib.contextmanager
+def _without_kineto_noise():
+    """Run the block with fd 2 captured, then pass on everything but Kineto's log lines."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            for line in tmp.read().decode(errors="replace").splitlines(keepends=True):
+                if not _KINETO_LINE.match(line):
+                    sys.stderr.write(line)
+            sys.stderr.flush()
+
+
+def count_kernels(fn: Callable[[], Any], device: str) -> int:
+    """Kernels one call of `fn` runs, counted with torch.profiler.
+
+    cuda: the device activities (kernels, memcpy, memset) of one call.
+    cpu: the calls a compiled graph makes directly: Inductor's generated C++ kernels (visible because
+    the demo compiles with `cpp.enable_kernel_profile`) plus extern ATen ops such as addmm; buffer
+    allocation and views are not counted.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+        with _without_kineto_noise(), profile(
+            activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]
+        ) as prof:
+            fn()
+            torch.cuda.synchronize()
+        return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+    with _without_kineto_noise(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    return sum(
+        1
+        for e in prof.events()
+        if e.cpu_parent is not None
+        and e.cpu_parent.name.startswith("## Call CompiledFxGraph")
+        and e.name not in _NOT_KERNELS
+    )
+
+
+def _sum_dicts(dicts: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for d in dicts:
+        for k, v in d.items():
+            out[k] = out.get(k, 0) + int(v)
+    return out
+
+
+def _summarize_reports(reports: list[Any]) -> dict[str, Any]:
+    """Fold the reports of all graphs Dynamo compiled (one per graph break) into the demo's numbers."""
+    if not reports:
+        return {"graphs": 0}
+    ops_before = _sum_dicts(r.ops_before for r in reports)
+    ops_after = _sum_dicts(r.ops_after for r in reports)
+    fallbacks = [r.fallback for r in reports if getattr(r, "fallback", None)]
+    stops = [r.stop_reason for r in reports if getattr(r, "stop_reason", None)]
+    return {
+        "graphs": len(reports),
+        "nodes_before": sum(r.nodes_before for r in reports),
+        "nodes_after": sum(r.nodes_after for r in reports),
+        "ops_before": ops_before,
+        "ops_after": ops_after,
+        "junk_before": junk_count(ops_before),
+        "junk_after": junk_count(ops_after),
+        "patterns_fired": _sum_dicts(r.patterns_fired for r in reports),
+        "egraph_nodes": sum(getattr(r, "egraph_nodes", 0) or 0 for r in reports),
+        "egraph_classes": sum(getattr(r, "egraph_classes", 0) or 0 for r in reports),
+        "iterations": sum(getattr(r, "iterations", 0) or 0 for r in reports),
+        "stop_reason": "; ".join(stops) or None,
+        "optimize_s": sum((getattr(r, "times", None) or {}).get("total", 0.0) for r in reports),
+        "fallback": "; ".join(fallbacks) or None,
+        "summary": "\n".join(r.summary() for r in reports),
+    }
+
+
+def _log_default(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def run_demo(
+    strategy: str,
+    device: str = "cpu",
+    *,
+    num_fields: int = 16,
+    dim: int = 32,
+    batch: int = 256,
+    iters: int = 20,
+    warmup: int = 3,
+    fresh_cache: bool = True,
+    rtol: float = 1e-4,
+    atol: float = 1e-4,
+    seed: int = 0,
+    log: Callable[[str], None] | None = _log_default,
+) -> dict[str, Any]:
+    """Compile the demo model with `optimus_eq.backend(strategy=strategy)` and measure it.
+
+    Returns a dict with: strategy, device, nodes_before/nodes_after (FX nodes of the Dynamo graph before
+    and after the optimizer), junk_before/junk_after (split/chunk/cat/stack/unbind nodes), kernels
+    (per iteration, see `count_kernels`), ms (median over `iters` runs after `warmup`), compile_s (the
+    first call: Dynamo, the optimizer and Inductor), optimize_s (the optimizer's own time), outputs_match,
+    max_abs_diff, patterns_fired, fallback, error (a string when something raised; then most numbers are
+    None), and summary (the reports' text).
+
+    With `fresh_cache` (the default) Inductor compiles into an empty cache, so compile_s is a cold compile
+    and strategies do not reuse each other's kernels.
+    """
+    import optimus_eq
+
+    say = log or (lambda _msg: None)
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda asked for, but torch.cuda.is_available() is False")
+
+    model, inputs = build_demo_model(num_fields, dim, batch, device=device, seed=seed)
+    result: dict[str, Any] = {"strategy": strategy, "device": device, "error": None}
+
+    def sync() -> None:
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    with torch.no_grad():
+        expected = model(*inputs)
+
+    torch._dynamo.reset()
+    optimus_eq.last_reports.clear()
+    cache = torch._inductor.utils.fresh_cache() if fresh_cache else contextlib.nullcontext()
+    patches: dict[str, Any] = {}
+    if device == "cpu":
+        patches["cpp.enable_kernel_profile"] = True  # makes generated C++ kernels visible to the profiler
+    try:
+        with cache, torch._inductor.config.patch(patches), torch.no_grad():
+            compiled = torch.compile(model, backend=optimus_eq.backend(strategy=strategy))
+            say(f"[{strategy}] compiling (Dynamo -> optimizer -> Inductor), first call ...")
+            t0 = time.perf_counter()
+            out = compiled(*inputs)
+            sync()
+            result["compile_s"] = time.perf_counter() - t0
+            say(f"[{strategy}] compiled in {result['compile_s']:.1f} s; checking outputs against eager")
+
+            result["max_abs_diff"] = float((out - expected).abs().max())
+            try:
+                torch.testing.assert_close(out, expected, rtol=rtol, atol=atol)
+                result["outputs_match"] = True
+            except AssertionError as e:
+                result["outputs_match"] = False
+                result["mismatch"] = str(e)
+
+            say(f"[{strategy}] timing {warmup} warmup + {iters} runs")
+            for _ in range(warmup):
+                compiled(*inputs)
+            sync()
+            samples = []
+            for _ in range(iters):
+                t0 = time.perf_counter()
+                compiled(*inputs)
+                sync()
+                samples.append((time.perf_counter() - t0) * 1e3)
+            result["ms"] = statistics.median(samples)
+            result["kernels"] = count_kernels(lambda: compiled(*inputs), device)
+    except Exception as e:  # report it in the table; the CLI exits non-zero
+        result["error"] = f"{type(e).__name__}: {e}"
+        result.setdefault("outputs_match", False)
+        say(f"[{strategy}] FAILED: {result['error']}")
+    finally:
+        torch._dynamo.reset()
+
+    result.update(_summarize_reports(list(optimus_eq.last_reports)))
+    return result

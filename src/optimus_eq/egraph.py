@@ -1,0 +1,122 @@
+"""One egglog e-graph holding the term language, the analyses and a chosen pattern set, plus a
+domain-free runner with limits and a stop reason (after egg's ``Runner``).
+
+Both strategies use this module; they differ only in the schedule they run and in whether rules
+subsume their left-hand side (greedy) or keep it (eqsat).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from egglog import bindings as eb
+
+from optimus_eq.patterns.registry import Pattern
+from optimus_eq.terms import ANALYSIS_RULES, CONSTRUCTORS, SCHEMA
+
+_SPAN = eb.RustSpan("optimus_eq.egraph", 0, 0)
+
+#: Why the search stopped (egg's StopReason).
+SATURATED, ITERATION_LIMIT, NODE_LIMIT, TIME_LIMIT = "saturated", "iteration_limit", "node_limit", "time_limit"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Search limits.
+
+    Attributes:
+        iterations: at most this many saturation iterations (each: analyses to fixpoint, then every
+            pattern rule once).
+        nodes: stop once the e-graph holds more term e-nodes than this.
+        seconds: stop once the search has run this long (wall-clock seconds).
+    """
+
+    iterations: int = 64
+    nodes: int = 2_000_000
+    seconds: float = 30.0
+
+
+@dataclass
+class SearchResult:
+    """What a search did: iterations run, why it stopped, firings per rule name (egglog matches)."""
+
+    iterations: int = 0
+    stop_reason: str | None = None
+    rule_matches: Counter = field(default_factory=Counter)
+
+
+def ruleset_name(pattern: Pattern) -> str:
+    return f"p_{pattern.name}"
+
+
+class EGraph:
+    """An egglog e-graph with the term language, the analyses and the rules of ``patterns``.
+
+    Args:
+        patterns: the patterns whose rules are added, one ruleset each (named ``p_<pattern name>``).
+        subsume: add every rule with ``:subsume`` (destructive greedy replacement).
+    """
+
+    def __init__(self, patterns: Sequence[Pattern], subsume: bool = False) -> None:
+        self.patterns = [p for p in patterns if p.rules]
+        self.egraph = eb.EGraph()
+        program = [SCHEMA, ANALYSIS_RULES]
+        for p in self.patterns:
+            program.append(f"(ruleset {ruleset_name(p)})")
+            program.extend(r.to_egglog(ruleset_name(p), subsume) for r in p.rules)
+        self.egraph.run_program(*self.egraph.parse_program("\n".join(program)))
+
+    def insert(self, actions: list) -> None:
+        """Insert a whole graph as one query-less rule of rule-local lets, run once."""
+        rule = eb.Rule(_SPAN, actions, [], "insert", "insert")
+        self.egraph.run_program(
+            eb.AddRuleset(_SPAN, "insert"),
+            eb.RuleCommand(rule),
+            eb.RunSchedule(eb.Run(_SPAN, eb.RunConfig("insert", None))),
+        )
+
+    def size(self) -> int:
+        """Number of term e-nodes (rows of the term constructors)."""
+        (out,) = self.egraph.run_program(eb.PrintSize(_SPAN, None))
+        return sum(n for name, n in out.sizes if name in CONSTRUCTORS)
+
+    def run(self, schedule: str, result: SearchResult) -> bool:
+        """Run one egglog schedule (text); add rule matches to ``result``; True if the e-graph changed."""
+        outputs = self.egraph.run_program(*self.egraph.parse_program(f"(run-schedule {schedule})"))
+        changed = False
+        for out in outputs:
+            report = getattr(out, "report", None)
+            if report is None:
+                continue
+            changed |= bool(report.updated)
+            for name, n in report.num_matches_per_rule.items():
+                result.rule_matches[name] += n
+        return changed
+
+    def saturate(self, schedule: str, limits: Limits, result: SearchResult) -> SearchResult:
+        """Repeat ``schedule`` until nothing changes or a limit is hit; sets the stop reason."""
+        start = time.perf_counter()
+        while True:
+            if result.iterations >= limits.iterations:
+                result.stop_reason = ITERATION_LIMIT
+                break
+            if time.perf_counter() - start > limits.seconds:
+                result.stop_reason = TIME_LIMIT
+                break
+            changed = self.run(schedule, result)
+            result.iterations += 1
+            if not changed:
+                result.stop_reason = SATURATED
+                break
+            if self.size() > limits.nodes:
+                result.stop_reason = NODE_LIMIT
+                break
+        return result
+
+    def serialize(self) -> dict:
+        """The e-graph as egglog's JSON serialization (``nodes``: id -> op, children, eclass, subsumed)."""
+        return json.loads(self.egraph.serialize([]).to_json())

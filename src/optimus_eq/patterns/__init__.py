@@ -1,0 +1,26 @@
+"""The pattern set, declared once; both strategies read :data:`DEFAULT_REGISTRY`.
+
+Order is the greedy pass order (Optimus' pre-grad order where the passes exist upstream).
+"""
+
+from __future__ import annotations
+
+from optimus_eq.patterns import pointwise, split_cat, views
+from optimus_eq.patterns.registry import Pattern, PatternRegistry, Rule
+
+DEFAULT_REGISTRY = PatternRegistry()
+for _p in (
+    split_cat.normalization_pass,
+    split_cat.remove_split_with_size_one_pass,
+    split_cat.merge_splits_pass,
+    *views.PATTERNS,
+    *pointwise.PATTERNS,
+    split_cat.unbind_stack_pass,
+    split_cat.unbind_cat_to_view_pass,
+    split_cat.merge_getitem_cat_pass,
+    split_cat.split_cat_pass,
+    split_cat.mutate_cat_pass,
+):
+    DEFAULT_REGISTRY.register(_p)
+
+__all__ = ["DEFAULT_REGISTRY", "Pattern", "PatternRegistry", "Rule"]

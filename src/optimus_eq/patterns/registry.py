@@ -1,0 +1,137 @@
+"""The pattern registry: one declaration per pattern, read by every search strategy.
+
+A :class:`Pattern` is data: a name (the Optimus option name where one exists), its IR level, its kind,
+its rules, and a docstring with a tiny before/after example. A :class:`Rule` is one egglog rewrite
+(``lhs => rhs`` with optional ``:when`` guards that may query the analyses of :mod:`optimus_eq.terms`).
+
+The eqsat strategy adds every rule as a plain rewrite (both sides stay in the e-graph); the greedy
+strategy adds the same rewrite with ``:subsume`` (the left-hand side is removed: destructive
+replacement, as Optimus does). Rules are checked against the term language when registered, so a
+typo, an unbound variable or a wrong arity fails at import time, not in a user's compile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+KINDS = ("vertical", "horizontal", "canonical")
+LEVELS = ("pre_grad", "post_grad")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One egglog rewrite ``lhs => rhs`` under the guards ``when`` (egglog facts).
+
+    ``name`` is unique across the registry; firings are reported under the owning pattern's name.
+    """
+
+    name: str
+    lhs: str
+    rhs: str
+    when: tuple[str, ...] = ()
+
+    def to_egglog(self, ruleset: str, subsume: bool) -> str:
+        """The rule as egglog text in ``ruleset``; ``subsume`` makes it destructive (greedy)."""
+        when = f" :when ({' '.join(self.when)})" if self.when else ""
+        sub = " :subsume" if subsume else ""
+        return f'(rewrite {self.lhs} {self.rhs}{when}{sub} :ruleset {ruleset} :name "{self.name}")'
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """A named rewrite pattern.
+
+    Attributes:
+        name: the Optimus option name where one exists (``split_cat_pass``, ``unbind_stack_pass``, ...).
+        levels: IR levels it applies to, a subset of ``("pre_grad", "post_grad")``.
+        kind: ``"vertical"`` (rewrites a chain), ``"horizontal"`` (fuses independent ops) or
+            ``"canonical"`` (realized by the bridge's canonical forms: the translator or the lowering).
+        rules: the egglog rewrites; empty for canonical patterns.
+        doc: what it does, with a tiny before/after example.
+    """
+
+    name: str
+    levels: tuple[str, ...]
+    kind: str
+    rules: tuple[Rule, ...]
+    doc: str
+    options: dict = field(default_factory=dict, compare=False)
+
+
+class PatternRegistry:
+    """An ordered collection of patterns; the order is the greedy strategy's pass order.
+
+    Raises:
+        ValueError: on a duplicate pattern or rule name, an unknown kind or level, or a rule that egglog
+            rejects against the term language (unbound variable, wrong arity, unknown constructor).
+    """
+
+    def __init__(self) -> None:
+        self._patterns: dict[str, Pattern] = {}
+        self._rule_owner: dict[str, str] = {}
+
+    def register(self, pattern: Pattern) -> Pattern:
+        if pattern.name in self._patterns:
+            raise ValueError(f"pattern {pattern.name!r} is already registered")
+        if pattern.kind not in KINDS:
+            raise ValueError(f"pattern {pattern.name!r}: kind must be one of {KINDS}, got {pattern.kind!r}")
+        bad = [lv for lv in pattern.levels if lv not in LEVELS]
+        if bad or not pattern.levels:
+            raise ValueError(f"pattern {pattern.name!r}: levels must be a non-empty subset of {LEVELS}")
+        for rule in pattern.rules:
+            if rule.name in self._rule_owner:
+                raise ValueError(f"rule name {rule.name!r} is already used by {self._rule_owner[rule.name]!r}")
+        _check_rules(pattern.rules)
+        self._patterns[pattern.name] = pattern
+        for rule in pattern.rules:
+            self._rule_owner[rule.name] = pattern.name
+        return pattern
+
+    def __getitem__(self, name: str) -> Pattern:
+        return self._patterns[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._patterns
+
+    def __iter__(self):
+        return iter(self._patterns.values())
+
+    def names(self) -> list[str]:
+        return list(self._patterns)
+
+    def owner_of(self, rule_name: str) -> str | None:
+        """The pattern that owns ``rule_name``, or None for analysis rules."""
+        return self._rule_owner.get(rule_name)
+
+    def select(self, names: Iterable[str] | None, level: str = "pre_grad") -> list[Pattern]:
+        """The patterns named (all of ``level`` when ``names`` is None), in registry order.
+
+        Raises:
+            ValueError: if a name is not registered; the message lists the valid names.
+        """
+        if names is None:
+            return [p for p in self if level in p.levels]
+        names = list(names)
+        unknown = [n for n in names if n not in self._patterns]
+        if unknown:
+            raise ValueError(f"unknown pattern(s) {unknown}; valid names: {sorted(self._patterns)}")
+        return [p for p in self if p.name in names]
+
+
+
+def _check_rules(rules: tuple[Rule, ...]) -> None:
+    """Compile each rule into a scratch e-graph that holds the term language; egglog type-checks it."""
+    if not rules:
+        return
+    from egglog import bindings
+
+    from optimus_eq.terms import ANALYSIS_RULES, SCHEMA
+
+    egraph = bindings.EGraph()
+    egraph.run_program(*egraph.parse_program(SCHEMA + ANALYSIS_RULES + "(ruleset check)"))
+    for rule in rules:
+        try:
+            egraph.run_program(*egraph.parse_program(rule.to_egglog("check", subsume=False)))
+        except Exception as exc:  # egglog raises EggSmolError
+            raise ValueError(f"rule {rule.name!r} is not valid egglog over the term language: {exc}") from exc

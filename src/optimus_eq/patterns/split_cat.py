@@ -1,0 +1,150 @@
+"""The vertical split/cat family (Optimus pre-grad: torch/_inductor/fx_passes/split_cat.py), as rewrites
+over the narrow/select canonical forms of :mod:`optimus_eq.terms`.
+
+Rules whose right-hand side is a bare variable guard it with ``(shape v)``: in egglog 13.2.0 a query
+can bind a variable to a stale e-class id (one with no e-node) after a self-loop e-node was rebuilt,
+and a union with it merges unrelated classes (found here: tanh(x) merged with x). Stale ids have no
+``shape`` row, so the guard filters them (docs/DESIGN.md, "egglog 13.2.0 issues").
+
+Every split, chunk or slice output is ``Narrow(x, d, start, length, n)``, every unbind output or integer
+index is ``Select(x, d, i, n)``, and ``stack`` is ``Cat`` of ``Unsqueeze``. A cat then folds when its list
+holds a run of adjacent narrows of one tensor, found by the ``RunEnd``/``RunRest`` analysis: order,
+source and sizes are checked by construction (a permuted cat, or pieces of two tensors, never fold).
+"""
+
+from __future__ import annotations
+
+from optimus_eq.patterns.registry import Pattern, Rule
+
+_HEAD = "(Cons d (Narrow x d s l n) R)"
+_RUN = ("(= shx (shape x))", f"(= e (RunEnd {_HEAD} x d s))", f"(= R2 (RunRest {_HEAD} x d s e))", "(> e (+ s l))")
+_MERGED = "(Cons d (Narrow x d s (- e s) n) R2)"
+
+normalization_pass = Pattern(
+    name="normalization_pass",
+    levels=("pre_grad",),
+    kind="canonical",
+    rules=(),
+    doc="""Every spelling of split, chunk, unbind, cat and stack becomes one canonical form.
+
+    torch.split(x, 2, -1) / x.split([2, 2], dim=1) / torch.chunk(x, 2, 1) / x[:, 0:2]
+        => Narrow(x, 1, 0, 2, 4), Narrow(x, 1, 2, 2, 4)
+    torch.concat / torch.concatenate / torch.cat  => Cat;  torch.stack(xs, d) => Cat(Unsqueeze(x, d)...)
+    Realized by the bridge's translator (optimus_bridge.translate), which counts each node it normalizes.
+    """,
+)
+
+remove_split_with_size_one_pass = Pattern(
+    name="remove_split_with_size_one_pass",
+    levels=("pre_grad",),
+    kind="vertical",
+    rules=(
+        Rule("remove_split_with_size_one/narrow_full", "(Narrow x d 0 n n)", "x", ("(= sh (shape x))",)),
+        Rule("remove_split_with_size_one/select_size_one", "(Select x d 0 1)", "(Reshape x (vec-remove sh d))",
+             ("(= sh (shape x))",)),
+    ),
+    doc="""A split with one section, or an unbind of a size-1 dim, is the tensor itself (or a squeeze).
+
+    torch.split(x, 4, 1)[0]  where x: [B, 4]   =>  x
+    torch.unbind(x, 1)[0]    where x: [B, 1, D] =>  x.reshape(B, D)
+    """,
+)
+
+merge_splits_pass = Pattern(
+    name="merge_splits_pass",
+    levels=("pre_grad",),
+    kind="vertical",
+    rules=(
+        Rule("merge_splits/narrow_narrow", "(Narrow (Narrow x d s1 l1 n) d s2 l2 m)", "(Narrow x d (+ s1 s2) l2 n)",
+             ("(= sh (shape x))",)),
+        Rule("merge_splits/select_narrow", "(Select (Narrow x d s l n) d i m)", "(Select x d (+ s i) n)",
+             ("(= sh (shape x))",)),
+    ),
+    doc="""A split of a split piece along the same dim is one split of the original tensor.
+
+    a, b = torch.split(x, [4, 4], 1); c, d = torch.split(b, [1, 3], 1)
+        =>  c = x[:, 4:5], d = x[:, 5:8]
+    """,
+)
+
+unbind_stack_pass = Pattern(
+    name="unbind_stack_pass",
+    levels=("pre_grad",),
+    kind="vertical",
+    rules=(Rule("unbind_stack/unsqueeze_select", "(Unsqueeze (Select x d i n) d)", "(Narrow x d i 1 n)",
+                ("(= sh (shape x))",)),),
+    doc="""A stacked unbind piece is a length-1 slice, so unbind -> stack in order folds to the tensor.
+
+    torch.stack(torch.unbind(x, 1), 1)       =>  x
+    torch.stack([x.unbind(1)[2], x.unbind(1)[0]], 1)  =>  cat of x[:, 2:3] and x[:, 0:1] (a permuted
+        stack keeps its order; no fold)
+    """,
+)
+
+unbind_cat_to_view_pass = Pattern(
+    name="unbind_cat_to_view_pass",
+    levels=("pre_grad",),
+    kind="vertical",
+    rules=(
+        Rule(
+            "unbind_cat_to_view/select_in_cat",
+            "(Cons d (Select x d i n) R)",
+            "(Cons d (Narrow (Reshape x (vec-set (vec-remove sh d) d (* n k))) d (* i k) k (* n k)) R)",
+            ("(= sh (shape x))", "(< (+ d 1) (vec-length sh))", "(= k (vec-get sh (+ d 1)))"),
+        ),
+    ),
+    doc="""Unbind pieces concatenated along the unbind dim are slices of a flattening view.
+
+    x: [B, N, D];  torch.cat(torch.unbind(x, 1), 1)  =>  x.reshape(B, N * D)
+    (each piece x.select(1, i) is x.reshape(B, N*D)[:, i*D:(i+1)*D]; adjacent slices then merge)
+    """,
+)
+
+split_cat_pass = Pattern(
+    name="split_cat_pass",
+    levels=("pre_grad",),
+    kind="vertical",
+    rules=(Rule("split_cat/full_run", _HEAD, "(Cons d x R2)", _RUN + ("(= s 0)", "(= e n)")),),
+    doc="""A cat of all split pieces of x in order, along the split dim, is x itself; extra cat inputs
+    before or after the run stay.
+
+    a, b, c = torch.split(x, [2, 3, 4], 1); torch.cat([y, a, b, c], 1)  =>  torch.cat([y, x], 1)
+    torch.cat([b, a], 1)  =>  unchanged (permuted)
+    """,
+)
+
+merge_getitem_cat_pass = Pattern(
+    name="merge_getitem_cat_pass",
+    levels=("pre_grad",),
+    kind="vertical",
+    rules=(
+        Rule("merge_getitem_cat/prefix_run", _HEAD, _MERGED, _RUN + ("(= s 0)", "(!= e n)")),
+        Rule("merge_getitem_cat/inner_run", _HEAD, _MERGED, _RUN + ("(!= s 0)",)),
+    ),
+    doc="""Adjacent split pieces inside a cat merge into one slice (the cat keeps its other inputs).
+
+    a, b, c, d = torch.split(x, 2, 1); torch.cat([b, c, y], 1)  =>  torch.cat([x[:, 2:6], y], 1)
+    """,
+)
+
+mutate_cat_pass = Pattern(
+    name="mutate_cat_pass",
+    levels=("pre_grad",),
+    kind="vertical",
+    rules=(Rule("mutate_cat/single_input", "(Cat (Cons d a (Nil)))", "a", ("(= sh (shape a))",)),),
+    doc="""A cat left with a single input (after its pieces merged) is that input: a copy becomes a view.
+
+    a, b, c, d = torch.split(x, 2, 1); torch.cat([b, c], 1)  =>  x[:, 2:6]
+    """,
+)
+
+PATTERNS = (
+    normalization_pass,
+    remove_split_with_size_one_pass,
+    merge_splits_pass,
+    unbind_stack_pass,
+    unbind_cat_to_view_pass,
+    merge_getitem_cat_pass,
+    split_cat_pass,
+    mutate_cat_pass,
+)

@@ -1,0 +1,73 @@
+"""The report of one optimization, shared by every strategy (egg-style: one Report type)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Report:
+    """What an optimization did.
+
+    Attributes:
+        strategy: ``"none"``, ``"greedy"`` or ``"eqsat"``.
+        patterns_fired: pattern name -> firings (egglog matches of its rules; for canonical patterns,
+            nodes the translator normalized).
+        nodes_before, nodes_after: FX node counts (placeholders and output included).
+        ops_before, ops_after: op kind (``"split"``, ``"cat"``, ``"tanh"``, ...) -> FX node count.
+        egraph_nodes, egraph_classes: size of the e-graph after the search (term e-nodes, e-classes).
+        iterations: saturation iterations run (all passes together for greedy).
+        stop_reason: ``"saturated"``, ``"iteration_limit"``, ``"node_limit"`` or ``"time_limit"``.
+        extractor: ``"tree"`` or ``"ilp"``, with ``extract_note`` saying why the ILP was skipped.
+        cost_before, cost_after: cost-model estimate (microseconds) of the input and chosen plans.
+        times: seconds per phase: ``translate``, ``search``, ``extract``, ``lower``, ``total``.
+        fallback: the cause when the original graph was returned because something failed.
+        left_opaque: FX nodes kept verbatim (outside the vocabulary, symbolic sizes, mutation).
+    """
+
+    strategy: str
+    patterns_fired: Counter = field(default_factory=Counter)
+    nodes_before: int = 0
+    nodes_after: int = 0
+    ops_before: Counter = field(default_factory=Counter)
+    ops_after: Counter = field(default_factory=Counter)
+    egraph_nodes: int = 0
+    egraph_classes: int = 0
+    iterations: int = 0
+    stop_reason: str | None = None
+    extractor: str | None = None
+    extract_note: str = ""
+    cost_before: float | None = None
+    cost_after: float | None = None
+    times: dict = field(default_factory=dict)
+    fallback: str | None = None
+    left_opaque: int = 0
+
+    JUNK = ("split", "chunk", "unbind", "cat", "stack", "getitem")
+
+    def junk_counts(self) -> tuple[int, int]:
+        """split/chunk/unbind/cat/stack/getitem nodes before and after."""
+        return (sum(self.ops_before.get(k, 0) for k in self.JUNK),
+                sum(self.ops_after.get(k, 0) for k in self.JUNK))
+
+    def summary(self) -> str:
+        """A short multi-line text for people."""
+        lines = [f"optimus_eq[{self.strategy}]: FX nodes {self.nodes_before} -> {self.nodes_after}"]
+        kinds = sorted(set(self.ops_before) | set(self.ops_after))
+        changed = [k for k in kinds if self.ops_before.get(k, 0) != self.ops_after.get(k, 0)]
+        if changed:
+            lines.append("  ops changed: " + ", ".join(
+                f"{k} {self.ops_before.get(k, 0)}->{self.ops_after.get(k, 0)}" for k in changed))
+        if self.patterns_fired:
+            lines.append("  patterns: " + ", ".join(f"{k} x{v}" for k, v in sorted(self.patterns_fired.items())))
+        if self.strategy != "none":
+            lines.append(f"  e-graph: {self.egraph_nodes} e-nodes, {self.egraph_classes} e-classes, "
+                         f"{self.iterations} iterations, stop: {self.stop_reason}; extractor: {self.extractor}"
+                         + (f" ({self.extract_note})" if self.extract_note else ""))
+            if self.cost_before is not None and self.cost_after is not None:
+                lines.append(f"  cost model: {self.cost_before:.1f} us -> {self.cost_after:.1f} us")
+            lines.append("  times (s): " + ", ".join(f"{k} {v:.3f}" for k, v in self.times.items()))
+        if self.fallback:
+            lines.append(f"  FELL BACK to the original graph: {self.fallback}")
+        return "\n".join(lines)

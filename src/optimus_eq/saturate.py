@@ -1,0 +1,31 @@
+"""The ``eqsat`` strategy: equality saturation over the whole pattern set at once.
+
+Each iteration runs the analyses to a fixpoint, then every pattern's rules once; rules add
+alternatives and remove nothing, so no rewrite can block a better one later and there is no pass
+order to choose. The search stops at saturation or at a limit (:class:`optimus_eq.egraph.Limits`);
+a cost model then extracts the cheapest graph.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from optimus_eq.egraph import EGraph, Limits, SearchResult, ruleset_name
+from optimus_eq.patterns.registry import Pattern
+
+SUBSUME = False
+
+
+def schedule(patterns: Sequence[Pattern]) -> str:
+    """One eqsat iteration as an egglog schedule."""
+    runs = " ".join(f"(run {ruleset_name(p)})" for p in patterns if p.rules)
+    return f"(seq (saturate (run analysis)) {runs})"
+
+
+def search(egraph: EGraph, patterns: Sequence[Pattern], limits: Limits) -> SearchResult:
+    """Saturate ``egraph`` with ``patterns`` within ``limits``."""
+    result = SearchResult()
+    egraph.saturate(schedule(patterns), limits, result)
+    # leave the analyses consistent for extraction (shapes of the last terms created)
+    egraph.run("(saturate (run analysis))", result)
+    return result

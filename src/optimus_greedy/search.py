@@ -1,0 +1,30 @@
+"""Greedy anchor search, the way Optimus applies its passes (torch/_inductor/fx_passes/split_cat.py).
+
+Passes run once each, in the registry's fixed order. A pass matches its patterns at every anchor (the
+root op of a rule's left-hand side: a narrow, a cat list cell, a pointwise op, ...) and replaces at
+once: rules are added with egglog's ``:subsume``, so a rewritten term is removed and nothing later can
+choose it again. Each pass runs to its own fixpoint before the next starts; nothing revisits an
+earlier pass, so an opportunity that an earlier pass would have needed is missed, as in Optimus.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from optimus_eq.egraph import SATURATED, EGraph, Limits, SearchResult, ruleset_name
+from optimus_eq.patterns.registry import Pattern
+
+SUBSUME = True
+
+
+def search(egraph: EGraph, patterns: Sequence[Pattern], limits: Limits) -> SearchResult:
+    """Run each pattern's pass to its fixpoint, in order, destructively."""
+    result = SearchResult()
+    for p in patterns:
+        if not p.rules:
+            continue
+        egraph.saturate(f"(seq (saturate (run analysis)) (run {ruleset_name(p)}))", limits, result)
+        if result.stop_reason != SATURATED:
+            break
+    egraph.run("(saturate (run analysis))", result)
+    return result
