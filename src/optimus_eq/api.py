@@ -147,7 +147,7 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
     _ensure_meta(gm, example_inputs)
     tr = translate(gm)
     egraph = EGraph(patterns, subsume=search_mod.SUBSUME)
-    egraph.insert(tr.actions)
+    egraph.insert(tr.rows)
     report.left_opaque = len(tr.kept)
     if tr.normalized and "normalization_pass" in {p.name for p in patterns}:
         report.patterns_fired["normalization_pass"] = tr.normalized

@@ -8,6 +8,8 @@ subsume their left-hand side (greedy) or keep it (eqsat).
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -16,7 +18,7 @@ from typing import Sequence
 from egglog import bindings as eb
 
 from optimus_eq.patterns.registry import Pattern
-from optimus_eq.terms import ANALYSIS_RULES, CONSTRUCTORS, SCHEMA
+from optimus_eq.terms import ANALYSIS_RULES, CONSTRUCTORS, LOAD_RULES, SCHEMA
 
 _SPAN = eb.RustSpan("optimus_eq.egraph", 0, 0)
 
@@ -64,20 +66,30 @@ class EGraph:
     def __init__(self, patterns: Sequence[Pattern], subsume: bool = False) -> None:
         self.patterns = [p for p in patterns if p.rules]
         self.egraph = eb.EGraph()
-        program = [SCHEMA, ANALYSIS_RULES]
+        program = [SCHEMA, LOAD_RULES, ANALYSIS_RULES]
         for p in self.patterns:
             program.append(f"(ruleset {ruleset_name(p)})")
             program.extend(r.to_egglog(ruleset_name(p), subsume) for r in p.rules)
         self.egraph.run_program(*self.egraph.parse_program("\n".join(program)))
 
-    def insert(self, actions: list) -> None:
-        """Insert a whole graph as one query-less rule of rule-local lets, run once."""
-        rule = eb.Rule(_SPAN, actions, [], "insert", "insert")
-        self.egraph.run_program(
-            eb.AddRuleset(_SPAN, "insert"),
-            eb.RuleCommand(rule),
-            eb.RunSchedule(eb.Run(_SPAN, eb.RunConfig("insert", None))),
-        )
+    def insert(self, rows: dict[str, list[tuple]]) -> None:
+        """Insert a whole graph given as integer rows per load relation (see optimus_bridge.translate).
+
+        The rows go through egglog's ``input`` command (tab-separated files in a temporary folder),
+        then one pass of the ``load`` rules builds every term at once.
+        """
+        with tempfile.TemporaryDirectory(prefix="optimus_eq_") as tmp:
+            commands = []
+            for relation, table in rows.items():
+                if not table:
+                    continue
+                path = os.path.join(tmp, f"{relation}.tsv")
+                with open(path, "w") as f:
+                    f.write("\n".join("\t".join(map(str, row)) for row in table))
+                    f.write("\n")
+                commands.append(eb.Input(_SPAN, relation, path))
+            self.egraph.run_program(*commands)
+        self.egraph.run_program(*self.egraph.parse_program("(run-schedule (run load_vec) (run load))"))
 
     def size(self) -> int:
         """Number of term e-nodes (rows of the term constructors)."""

@@ -19,8 +19,9 @@ constructor                     meaning (shapes: x is [.., n, ..] with n at dim 
 ``(Permute x perm)``            permute / transpose / movedim / t.
 ``(Unary key x)``               a pointwise op of one tensor (relu, tanh, x*2.0, clamp, ...).
 ``(Binary key x y)``            a pointwise op of two tensors (add, mul, ...).
-``(NodeOf id)``                 bookkeeping, not a term: unioned with the term of FX node ``id`` so that
-                                its e-class can be found after saturation; never extracted.
+``(NodeOf id)``                 a handle, not a term: unioned with the term the bridge numbered ``id``,
+                                so that rows can refer to terms and e-classes can be found after
+                                saturation; never extracted (likewise ``ListOf`` and ``ArgsOf``).
 ==============================  ==========================================================================
 
 ``TL`` lists: ``(Cons d x rest)`` is the concatenation along ``d`` of ``x`` and ``rest``; ``(Nil)`` is empty.
@@ -54,12 +55,54 @@ SCHEMA = """
     (Unary i64 T)
     (Binary i64 T T)
     (NodeOf i64))
-  (TL (Nil) (Cons i64 T TL))
-  (Args (ANil) (ACons T Args)))
+  (TL (Nil) (Cons i64 T TL) (ListOf i64))
+  (Args (ANil) (ACons T Args) (ArgsOf i64)))
 (function shape (T) IVec :merge old)
 (function RunEnd (TL T i64 i64) i64 :merge (max old new))
 (constructor RunRest (TL T i64 i64 i64) TL)
 (ruleset analysis)
+""" + "".join(f"(relation Vec{k}In ({' '.join(['i64'] * (k + 1))}))\n" for k in range(9)) + """
+(function VecOf (i64) IVec :merge old)
+(relation LeafIn (i64 i64))
+(relation ApplyIn (i64 i64 i64))
+(relation NarrowIn (i64 i64 i64 i64 i64 i64))
+(relation SelectIn (i64 i64 i64 i64 i64))
+(relation CatIn (i64 i64))
+(relation UnsqueezeIn (i64 i64 i64))
+(relation ReshapeIn (i64 i64 i64))
+(relation PermuteIn (i64 i64 i64))
+(relation UnaryIn (i64 i64 i64))
+(relation BinaryIn (i64 i64 i64 i64))
+(relation ConsIn (i64 i64 i64 i64))
+(relation NilIn (i64))
+(relation AConsIn (i64 i64 i64))
+(relation ANilIn (i64))
+(relation ShapeIn (i64 i64))
+(ruleset load_vec)
+(ruleset load)
+"""
+
+#: Rules that build terms from the bridge's integer rows (one pass of ``load_vec``, then of ``load``).
+LOAD_RULES = "".join(
+    f"(rule ((Vec{k}In v {' '.join(f'a{i}' for i in range(k))})) "
+    f"((set (VecOf v) (vec-of {' '.join(f'a{i}' for i in range(k))}))) :ruleset load_vec)\n"
+    for k in range(9)
+) + """
+(rule ((LeafIn i k)) ((union (NodeOf i) (Leaf k))) :ruleset load)
+(rule ((ApplyIn i k a)) ((union (NodeOf i) (Apply k (ArgsOf a)))) :ruleset load)
+(rule ((NarrowIn i x d s l n)) ((union (NodeOf i) (Narrow (NodeOf x) d s l n))) :ruleset load)
+(rule ((SelectIn i x d j n)) ((union (NodeOf i) (Select (NodeOf x) d j n))) :ruleset load)
+(rule ((CatIn i l)) ((union (NodeOf i) (Cat (ListOf l)))) :ruleset load)
+(rule ((UnsqueezeIn i x d)) ((union (NodeOf i) (Unsqueeze (NodeOf x) d))) :ruleset load)
+(rule ((ReshapeIn i x v) (= sv (VecOf v))) ((union (NodeOf i) (Reshape (NodeOf x) sv))) :ruleset load)
+(rule ((PermuteIn i x v) (= sv (VecOf v))) ((union (NodeOf i) (Permute (NodeOf x) sv))) :ruleset load)
+(rule ((UnaryIn i k x)) ((union (NodeOf i) (Unary k (NodeOf x)))) :ruleset load)
+(rule ((BinaryIn i k x y)) ((union (NodeOf i) (Binary k (NodeOf x) (NodeOf y)))) :ruleset load)
+(rule ((ConsIn l d x r)) ((union (ListOf l) (Cons d (NodeOf x) (ListOf r)))) :ruleset load)
+(rule ((NilIn l)) ((union (ListOf l) (Nil))) :ruleset load)
+(rule ((AConsIn l x r)) ((union (ArgsOf l) (ACons (NodeOf x) (ArgsOf r)))) :ruleset load)
+(rule ((ANilIn l)) ((union (ArgsOf l) (ANil))) :ruleset load)
+(rule ((ShapeIn i v) (= sv (VecOf v))) ((set (shape (NodeOf i)) sv)) :ruleset load)
 """
 
 #: Constructors of the e-graph that denote program terms (everything else in a serialized e-graph is
