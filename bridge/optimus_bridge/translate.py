@@ -28,9 +28,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from optimus_bridge import vocab
-
-#: Longest shape or permutation the rows can carry (``Vec0In`` .. ``Vec8In``); longer ones stay opaque.
-MAX_RANK = 8
+from optimus_eq.terms import MAX_RANK  # longest shape the rows can carry; longer ones stay opaque
 
 
 class Unsupported(Exception):

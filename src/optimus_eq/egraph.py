@@ -18,7 +18,7 @@ from typing import Sequence
 from egglog import bindings as eb
 
 from optimus_eq.patterns.registry import Pattern
-from optimus_eq.terms import ANALYSIS_RULES, CONSTRUCTORS, LOAD_RULES, SCHEMA
+from optimus_eq.terms import ANALYSIS_RULES, CONSTRUCTORS, LOAD_RULES, MOVEPERM_ROWS, SCHEMA
 
 _SPAN = eb.RustSpan("optimus_eq.egraph", 0, 0)
 
@@ -66,7 +66,7 @@ class EGraph:
     def __init__(self, patterns: Sequence[Pattern], subsume: bool = False) -> None:
         self.patterns = [p for p in patterns if p.rules]
         self.egraph = eb.EGraph()
-        program = [SCHEMA, LOAD_RULES, ANALYSIS_RULES]
+        program = [SCHEMA, MOVEPERM_ROWS, LOAD_RULES, ANALYSIS_RULES]
         for p in self.patterns:
             program.append(f"(ruleset {ruleset_name(p)})")
             program.extend(r.to_egglog(ruleset_name(p), subsume) for r in p.rules)

@@ -40,6 +40,9 @@ Analyses (run with every pattern, see :data:`ANALYSIS_RULES`):
 
 from __future__ import annotations
 
+#: Longest shape the e-graph handles (shape vectors are built per rank by generated rules).
+MAX_RANK = 8
+
 SCHEMA = """
 (sort IVec (Vec i64))
 (datatype*
@@ -63,6 +66,7 @@ SCHEMA = """
 (ruleset analysis)
 """ + "".join(f"(relation Vec{k}In ({' '.join(['i64'] * (k + 1))}))\n" for k in range(9)) + """
 (function VecOf (i64) IVec :merge old)
+(function MovePerm (i64 i64 i64) IVec :merge old)
 (relation LeafIn (i64 i64))
 (relation ApplyIn (i64 i64 i64))
 (relation NarrowIn (i64 i64 i64 i64 i64 i64))
@@ -81,6 +85,18 @@ SCHEMA = """
 (ruleset load_vec)
 (ruleset load)
 """
+
+def _moveperm(rank: int, src: int, dst: int) -> list[int]:
+    order = [d for d in range(rank) if d != src]
+    order.insert(dst, src)
+    return order
+
+
+#: Static table: ``(MovePerm rank src dst)`` is the permutation of ``torch.movedim(x, src, dst)``.
+MOVEPERM_ROWS = "".join(
+    f"(set (MovePerm {r} {a} {b}) (vec-of {' '.join(map(str, _moveperm(r, a, b)))}))\n"
+    for r in range(1, MAX_RANK + 1) for a in range(r) for b in range(r)
+)
 
 #: Rules that build terms from the bridge's integer rows (one pass of ``load_vec``, then of ``load``).
 LOAD_RULES = "".join(
@@ -126,7 +142,12 @@ ANALYSIS_RULES = """
       :ruleset analysis :name "shape/reshape")
 (rule ((= t (Cat (Cons d x (Nil)))) (= sh (shape x))) ((set (shape t) sh))
       :ruleset analysis :name "shape/cat1")
-
+""" + "".join(
+    f"(rule ((= t (Permute x p)) (= sh (shape x)) (= (vec-length p) {r})) "
+    f"((set (shape t) (vec-of {' '.join(f'(vec-get sh (vec-get p {i}))' for i in range(r))}))) "
+    f":ruleset analysis :name \"shape/permute{r}\")\n"
+    for r in range(1, MAX_RANK + 1)
+) + """
 (rule ((= L (Cons d (Narrow x d s l n) R)))
       ((set (RunEnd L x d s) (+ s l)) (union (RunRest L x d s (+ s l)) R))
       :ruleset analysis :name "run/head")

@@ -15,6 +15,7 @@ source and sizes are checked by construction (a permuted cat, or pieces of two t
 from __future__ import annotations
 
 from optimus_eq.patterns.registry import Pattern, Rule
+from optimus_eq.terms import MAX_RANK
 
 _HEAD = "(Cons d (Narrow x d s l n) R)"
 _RUN = ("(= shx (shape x))", f"(= e (RunEnd {_HEAD} x d s))", f"(= R2 (RunRest {_HEAD} x d s e))", "(> e (+ s l))")
@@ -81,6 +82,49 @@ unbind_stack_pass = Pattern(
     """,
 )
 
+unbind_stack_to_slices_pass = Pattern(
+    name="unbind_stack_to_slices_pass",
+    levels=("pre_grad",),
+    kind="vertical",
+    rules=(
+        Rule(
+            "unbind_stack_to_slices/other_dim",
+            "(Unsqueeze (Select x d i n) c)",
+            "(Unsqueeze (Select (Permute x p) c i n) c)",
+            ("(!= c d)", "(= sh (shape x))", "(= p (MovePerm (vec-length sh) d c))"),
+        ),
+    ),
+    doc="""Unbind pieces stacked along another dim are slices of a permuted view.
+
+    x: [B, N, D];  torch.stack(torch.unbind(x, 1), 2)  =>  x.permute(0, 2, 1)
+    (x.select(1, i) is x.movedim(1, 2).select(2, i); stacked along 2 they become adjacent slices)
+    """,
+)
+
+
+def _split_stack_rule(rank: int, dim: int) -> Rule:
+    """``Unsqueeze(Narrow(x, dim, s, l, n), dim)`` is a length-1 slice of x viewed as [.., n/l, l, ..]."""
+    sizes = [f"(vec-get sh {i})" for i in range(dim)] + ["(/ n l)", "l"] + \
+            [f"(vec-get sh {i})" for i in range(dim + 1, rank)]
+    return Rule(
+        f"split_stack_to_cats/rank{rank}_dim{dim}",
+        f"(Unsqueeze (Narrow x {dim} s l n) {dim})",
+        f"(Narrow (Reshape x (vec-of {' '.join(sizes)})) {dim} (/ s l) 1 (/ n l))",
+        ("(= sh (shape x))", f"(= (vec-length sh) {rank})", "(> l 0)", "(= (% s l) 0)", "(= (% n l) 0)"),
+    )
+
+
+split_stack_to_cats_pass = Pattern(
+    name="split_stack_to_cats_pass",
+    levels=("pre_grad",),
+    kind="vertical",
+    rules=tuple(_split_stack_rule(r, d) for r in range(1, MAX_RANK) for d in range(r)),
+    doc="""Equal split pieces stacked along the split dim are slices of an unflattening view.
+
+    x: [B, N * D];  torch.stack(torch.split(x, D, 1), 1)  =>  x.view(B, N, D)
+    """,
+)
+
 unbind_cat_to_view_pass = Pattern(
     name="unbind_cat_to_view_pass",
     levels=("pre_grad",),
@@ -143,6 +187,8 @@ PATTERNS = (
     remove_split_with_size_one_pass,
     merge_splits_pass,
     unbind_stack_pass,
+    unbind_stack_to_slices_pass,
+    split_stack_to_cats_pass,
     unbind_cat_to_view_pass,
     merge_getitem_cat_pass,
     split_cat_pass,
