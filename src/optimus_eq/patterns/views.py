@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from optimus_eq.patterns.registry import Pattern, Rule
+from optimus_eq.terms import MAX_RANK
 
 fold_view_chain = Pattern(
     name="fold_view_chain",
@@ -19,4 +20,28 @@ fold_view_chain = Pattern(
     """,
 )
 
-PATTERNS = (fold_view_chain,)
+def _unit_dim_rule(rank: int, pos: int) -> Rule:
+    """``Reshape(y, shape(y) with a 1 inserted at pos)`` is ``Unsqueeze(y, pos)``."""
+    sizes = [f"(vec-get sh {i})" for i in range(pos)] + ["1"] + [f"(vec-get sh {i})" for i in range(pos, rank)]
+    return Rule(
+        f"move_reshape_out_of_split_stack/rank{rank}_unit{pos}",
+        "(Reshape y v)",
+        f"(Unsqueeze y {pos})",
+        ("(= sh (shape y))", f"(= (vec-length sh) {rank})", f"(= v (vec-of {' '.join(sizes)}))"),
+    )
+
+
+move_reshape_out_of_split_stack_pass = Pattern(
+    name="move_reshape_out_of_split_stack_pass",
+    levels=("pre_grad",),
+    kind="vertical",
+    rules=tuple(_unit_dim_rule(r, k) for r in range(1, MAX_RANK) for k in range(r + 1)),
+    doc="""A reshape that only inserts a unit dim is an unsqueeze, so split -> per-piece reshape -> cat
+    folds like split -> stack (the reshape moves out: one view of the whole tensor).
+
+    x: [B, N * D];  torch.cat([p.reshape(B, 1, D) for p in x.split(D, 1)], 1)  =>  x.view(B, N, D)
+    (Only unit-dim reshapes so far; upstream also moves general reshapes.)
+    """,
+)
+
+PATTERNS = (fold_view_chain, move_reshape_out_of_split_stack_pass)
