@@ -246,7 +246,8 @@ class Translator:
                     raise Unsupported("not a tensor with static shape")
                 if name not in vocab.APPLY_OPS and name not in vocab.UNARY_OPS | vocab.ARITH_OPS:
                     t.normalized += 1
-            except Unsupported:
+            except (Unsupported, IndexError, TypeError, ValueError, KeyError):
+                # a spelling this translator does not know: the node stays exactly as it was
                 if not is_static_tensor(val) and isinstance(val, torch.Tensor):
                     t.symbolic += 1
                 self._opaque(node, val)

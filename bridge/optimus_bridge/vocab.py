@@ -7,6 +7,8 @@ Anything not listed is outside the vocabulary and becomes an opaque leaf that ke
 
 from __future__ import annotations
 
+import functools
+import inspect
 import operator
 
 import torch
@@ -125,10 +127,27 @@ def op_kind(node: Node) -> str:
     return node.op
 
 
+@functools.lru_cache(maxsize=None)
+def _inplace_position(target) -> int | None:
+    """Position of an ``inplace`` parameter of a Python function (F.relu(x, True)), or None."""
+    try:
+        params = list(inspect.signature(target).parameters)
+    except (TypeError, ValueError):
+        return None
+    return params.index("inplace") if "inplace" in params else None
+
+
 def is_mutation(node: Node, gm: torch.fx.GraphModule | None = None) -> bool:
     """True when ``node`` writes into one of its inputs (in-place op, ``out=``, setitem, ``x += y``)."""
     if node.kwargs.get("inplace") is True or "out" in node.kwargs:
         return True
+    if node.op == "call_function" and callable(node.target):
+        try:
+            pos = _inplace_position(node.target)
+        except TypeError:  # unhashable target
+            pos = None
+        if pos is not None and len(node.args) > pos and node.args[pos] is True:
+            return True
     if node.op == "call_method":
         name = node.target
         return name.endswith("_") and not name.startswith("__")
