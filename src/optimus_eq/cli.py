@@ -26,6 +26,7 @@ _ROWS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("split/cat/stack/unbind after", lambda r: _fmt(r.get("junk_after"))),
     ("kernels per iteration", lambda r: _fmt(r.get("kernels"))),
     ("ms per iteration (median)", lambda r: _fmt(r.get("ms"), ".3f")),
+    ("ms per iteration (fastest)", lambda r: _fmt(r.get("ms_min"), ".3f")),
     ("compile s (first call)", lambda r: _fmt(r.get("compile_s"), ".1f")),
     ("optimizer s", lambda r: _fmt(r.get("optimize_s"), ".2f")),
     ("optimizer fell back", lambda r: "n/a" if r.get("graphs", 0) == 0 else
@@ -85,7 +86,7 @@ def _details(r: dict[str, Any], verbose: bool = False) -> list[str]:
 def cmd_demo(args: argparse.Namespace) -> int:
     import torch
 
-    from optimus_eq.demo import run_demo
+    from optimus_eq.demo import run_demo, warm_up_compiler
 
     if args.device == "cuda" and not torch.cuda.is_available():
         print("optimus-eq demo: --device cuda, but no CUDA device is available", file=sys.stderr)
@@ -97,6 +98,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"device {args.device}, strategies: {', '.join(strategies)}",
         flush=True,
     )
+    print("== warming up Dynamo and Inductor (one tiny compile, so that no strategy pays the one-time "
+          "start-up costs) ...", flush=True)
+    print(f"   done in {warm_up_compiler(args.device):.1f} s", flush=True)
     results = []
     for i, strategy in enumerate(strategies, 1):
         print(f"== [{i}/{len(strategies)}] strategy {strategy}", flush=True)
