@@ -15,7 +15,9 @@ normalized to be non-negative, sizes come from FakeTensor meta.
 Left exactly as they are (opaque, their FX node is copied at lowering): ops outside the vocabulary,
 nodes with symbolic (dynamic) sizes, nodes whose dims or sizes are not plain ints, and every node that
 reads or writes a tensor that is mutated in place (or an alias of it), so no rewrite changes what a
-mutation sees.
+mutation sees, and every node from the first to the last global-state change (``no_grad``, autocast,
+inference mode), so no op moves into or out of such a region or merges across it; values computed
+before the region are emitted before it (``Translation.barriers``).
 """
 
 from __future__ import annotations
@@ -70,7 +72,8 @@ class Translation:
         recipes: pure op key id -> :class:`Recipe`.
         roots: nodes whose terms must be extracted (graph outputs and opaque terms).
         normalized: how many nodes were rewritten to a canonical form (normalization_pass firings).
-        frozen: nodes left opaque because of in-place mutation.
+        frozen: nodes left opaque because of in-place mutation or a global-state region.
+        barriers: first global-state change -> term nodes computed before it and used after it.
         symbolic: nodes left opaque because of symbolic sizes.
     """
 
@@ -85,6 +88,7 @@ class Translation:
     roots: list[Node] = field(default_factory=list)
     normalized: int = 0
     frozen: set[Node] = field(default_factory=set)
+    barriers: dict[Node, list[Node]] = field(default_factory=dict)
     symbolic: int = 0
 
     @property
@@ -224,7 +228,7 @@ class Translator:
 
     def run(self) -> Translation:
         t = self.t
-        t.frozen = frozen_nodes(self.gm)
+        t.frozen = frozen_nodes(self.gm) | self._global_state_region()
         for node in self.gm.graph.nodes:
             if node.op == "output":
                 self._output(node)
@@ -253,6 +257,19 @@ class Translator:
                 self._opaque(node, val)
         return t
 
+    def _global_state_region(self) -> set[Node]:
+        """Nodes from the first to the last global-state change, which all stay as they are."""
+        nodes = list(self.gm.graph.nodes)
+        marks = [i for i, n in enumerate(nodes) if vocab.changes_global_state(n)]
+        if not marks:
+            return set()
+        first, last = marks[0], marks[-1]
+        pos = {n: i for i, n in enumerate(nodes)}
+        self.t.barriers[nodes[first]] = [
+            n for n in nodes[:first] if any(pos[u] > first for u in n.users)
+        ]
+        return set(nodes[first:last + 1])
+
     # the term of an input node, or Unsupported
     def _term(self, a) -> int:
         if isinstance(a, Node) and a in self.t.node_id:
@@ -262,7 +279,6 @@ class Translator:
     def _opaque(self, node: Node, val) -> None:
         """Keep ``node`` verbatim; if it is a tensor, it becomes an opaque term (forced at extraction)."""
         t = self.t
-        t.kept.append(node)
         deps: list[int] = []
         for a in node.all_input_nodes:
             if a in t.node_id:
@@ -274,6 +290,7 @@ class Translator:
             else:
                 deps.extend(self._deps.get(a, []))
         deps = list(dict.fromkeys(deps))
+        t.kept.append(node)  # after the tuples it reads, which _keep_tuple appended above
         if isinstance(val, torch.Tensor) and node.op != "output":
             key = self._key(f"opaque:{node.name}")
             t.opaque_keys[key] = node
@@ -347,6 +364,8 @@ class Translator:
         x_val = meta_val(x)
         if not is_static_tensor(x_val):
             raise Unsupported("input without static shape")
+        if name not in vocab.FRESH_OPS and (val.dtype != x_val.dtype or val.device != x_val.device):
+            raise Unsupported("a view that changes dtype or device (x.view(torch.int32))")
         rank = x_val.dim()
         if name == "narrow":
             dim = _norm_dim(_arg(node, 1, "dim"), rank)

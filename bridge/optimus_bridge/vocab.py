@@ -127,6 +127,22 @@ def op_kind(node: Node) -> str:
     return node.op
 
 
+_GLOBAL_STATE_NAMES = frozenset(
+    ["_set_grad_enabled", "set_grad_enabled", "_enter_autocast", "_exit_autocast", "_set_autocast_enabled",
+     "set_autocast_enabled", "_enter_inference_mode", "_exit_inference_mode", "_set_deterministic_algorithms"]
+)
+
+
+def changes_global_state(node: Node) -> bool:
+    """True for nodes that switch grad mode, autocast or inference mode for the nodes after them
+    (dynamo records ``with torch.no_grad():`` as ``torch._C._set_grad_enabled`` calls)."""
+    if node.op != "call_function":
+        return False
+    name = getattr(node.target, "__name__", "")
+    module = getattr(node.target, "__module__", "") or ""
+    return name in _GLOBAL_STATE_NAMES or "autocast" in module and name.startswith(("_enter", "_exit"))
+
+
 @functools.lru_cache(maxsize=None)
 def _inplace_position(target) -> int | None:
     """Position of an ``inplace`` parameter of a Python function (F.relu(x, True)), or None."""
