@@ -57,7 +57,7 @@ class Lowerer:
             return self.env[n]
         if n in self.kept:
             return self.emit_kept(n)
-        if n in self.t.node_var:
+        if n in self.t.node_id:
             return self.emit_class(self.class_of(n))
         raise LoweringError(f"node {n.name} has no lowering")
 

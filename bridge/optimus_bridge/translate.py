@@ -91,10 +91,6 @@ class Translation:
     barriers: dict[Node, list[Node]] = field(default_factory=dict)
     symbolic: int = 0
 
-    @property
-    def node_var(self) -> dict[Node, int]:
-        return self.node_id
-
 
 # -- meta helpers --------------------------------------------------------------------------------
 
