@@ -163,7 +163,7 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
     report.times["search"] = (t2 := time.perf_counter()) - t1
 
     phases.append("extract")
-    view = EGraphView.from_json(egraph.serialize())
+    view = EGraphView.from_egraph(egraph)
     if view.inconsistent:
         raise RuntimeError(f"inconsistent e-graph after search ({view.inconsistent[0]})")
     report.egraph_nodes, report.egraph_classes = len(view.nodes), len(view.classes)
