@@ -407,12 +407,23 @@ class _Problem:
             i = (n if isinstance(n, int) and 0 <= n < len(ens) else None) if nidx is None else nidx.get(n)
             if i is not None:
                 self.forced[self.ncls[i]] = i
-        N = len(ens)
-        counts = np.fromiter(map(len, self.kids), dtype=np.int64, count=N)
-        self.flat = np.fromiter(itertools.chain.from_iterable(self.kids), dtype=np.int64, count=int(counts.sum()))
-        self.enode = np.repeat(np.arange(N, dtype=np.int64), counts)  # edge -> its e-node
-        self.ncls_a = np.asarray(self.ncls, dtype=np.int64)
-        self.esrc = self.ncls_a[self.enode]                              # edge -> its e-node's class
+        self._edges = None
+
+    def _csr(self):
+        if self._edges is None:
+            N = len(self.kids)
+            counts = np.fromiter(map(len, self.kids), dtype=np.int64, count=N)
+            flat = np.fromiter(itertools.chain.from_iterable(self.kids), dtype=np.int64, count=int(counts.sum()))
+            enode = np.repeat(np.arange(N, dtype=np.int64), counts)
+            ncls_a = np.asarray(self.ncls, dtype=np.int64)
+            self._edges = (flat, enode, ncls_a, ncls_a[enode])
+        return self._edges
+
+    # the children as edge arrays (built on first use)
+    flat = property(lambda self: self._csr()[0], doc="edge -> child class")
+    enode = property(lambda self: self._csr()[1], doc="edge -> its e-node")
+    ncls_a = property(lambda self: self._csr()[2], doc="e-node -> its class, as an array")
+    esrc = property(lambda self: self._csr()[3], doc="edge -> its e-node's class")
 
     def has(self, c) -> bool:
         if isinstance(self.cid, range):
@@ -789,7 +800,7 @@ def _milp(cost, rows, cols, vals, lo, hi, n_int, ub, seconds):
 
     n = len(cost)
     a = csc_matrix((vals, (rows, cols)), shape=(len(lo), n))
-    if _HIGHS is not None:
+    if _highs() is not None:
         try:
             return _highs_direct(cost, a, np.asarray(lo, dtype=float), np.asarray(hi, dtype=float), n_int, ub,
                                  seconds)
@@ -810,17 +821,19 @@ class _HighsUnavailable(Exception):
     pass
 
 
-def _load_highs():
-    try:
-        import scipy.optimize._highspy._core as core  # the HiGHS that scipy.optimize.milp wraps
-
-        core.HighsLp, core._Highs, core.HighsVarType.kInteger, core.MatrixFormat.kColwise  # noqa: B018
-        return core
-    except Exception:  # another scipy: use the public milp
-        return None
+_HIGHS: list = []  # the bindings, loaded on first use (importing scipy.optimize takes ~0.5 s)
 
 
-_HIGHS = _load_highs()
+def _highs():
+    if not _HIGHS:
+        try:
+            import scipy.optimize._highspy._core as core  # the HiGHS that scipy.optimize.milp wraps
+
+            core.HighsLp, core._Highs, core.HighsVarType.kInteger, core.MatrixFormat.kColwise  # noqa: B018
+        except Exception:  # another scipy: use the public milp
+            core = None
+        _HIGHS.append(core)
+    return _HIGHS[0]
 
 
 def _highs_direct(cost, a, lo, hi, n_int, ub, seconds):
@@ -829,7 +842,7 @@ def _highs_direct(cost, a, lo, hi, n_int, ub, seconds):
     The LP relaxation is solved first: on these problems it is almost always integral (every batch of the
     synthetic benchmarks), and then it is the ILP's optimum, found 4x faster than by the MIP solver.
     """
-    h = _HIGHS
+    h = _highs()
     n = len(cost)
     lp = h.HighsLp()
     lp.num_col_, lp.num_row_ = n, a.shape[0]
@@ -1046,6 +1059,8 @@ def _extract(view, roots, forced_nodes, model, method, seconds, ilp_max_nodes, m
     start = time.perf_counter()
     view.assign_costs(model, forced_nodes)
     p = _Problem(view, forced_nodes)
+    if len(view.nodes) == len(view.classes):  # one e-node per class (greedy's e-graph): nothing to choose
+        return _unique(view, p, roots, start)
     tree_pick = p.tree()
     missing = [r for r in roots if not p.has(r) or tree_pick[p.cid[r]] < 0]
     if missing:
@@ -1053,14 +1068,8 @@ def _extract(view, roots, forced_nodes, model, method, seconds, ilp_max_nodes, m
     rroots = list(dict.fromkeys(p.cid[r] for r in roots))
     pick = list(tree_pick)
     method_used, notes, rounds = "tree", [], 0
-    if len(view.nodes) == len(view.classes):  # one e-node per class (greedy's e-graph): nothing to choose
-        prep = None
-        notes.append("no choice")
-    else:
-        prep = _prepare(p, tree_pick, rroots)
-    if prep is None:
-        pass
-    elif not (prep.reach & (prep.nvalid > 1)).any():
+    prep = _prepare(p, tree_pick, rroots)
+    if not (prep.reach & (prep.nvalid > 1)).any():
         notes.append("no choice")
     elif method in ("ilp", "auto"):
         ilp = _ILP(p, prep)
@@ -1103,7 +1112,7 @@ def _extract(view, roots, forced_nodes, model, method, seconds, ilp_max_nodes, m
         if skipped or failed:
             if _refine(p, pick, rroots, prep, time.perf_counter() + max(1.0, seconds / 4)):
                 method_used += "+refine"
-    if prep is not None and prep.pruned:
+    if prep.pruned:
         notes.append(f"{prep.pruned} cyclic e-nodes pruned")
 
     needed = p.plan_classes(pick, rroots)
@@ -1118,3 +1127,33 @@ def _extract(view, roots, forced_nodes, model, method, seconds, ilp_max_nodes, m
     cids, nids = p.cids, p.nids
     choice = {cids[c]: nids[pick[c]] for c in needed}
     return Extraction(choice, cost, method_used, time.perf_counter() - start, rounds, "; ".join(notes))
+
+
+def _unique(view: EGraphView, p: _Problem, roots: list, start: float) -> Extraction:
+    """The only plan of an e-graph with one e-node per class, if it is complete and acyclic."""
+    bad = [r for r in roots if not p.has(r) or not p.cnodes[p.cid[r]]]
+    pick = [ns[0] if ns else -1 for ns in p.cnodes]
+    needed: list[int] = []
+    if not bad:
+        rroots = list(dict.fromkeys(p.cid[r] for r in roots))
+        seen = set(rroots)
+        needed = list(rroots)
+        k = 0
+        while k < len(needed) and not bad:
+            i = pick[needed[k]]
+            if i < 0:
+                bad.append(p.cids[needed[k]])
+                break
+            for x in p.kids[i]:
+                if x not in seen:
+                    seen.add(x)
+                    needed.append(x)
+            k += 1
+        if not bad and _plan_cycles(needed, pick, p.kids):
+            bad = list(roots)
+    if bad:
+        raise RuntimeError(f"no acyclic term for e-classes {bad[:5]}")
+    cids, nids = p.cids, p.nids
+    choice = {cids[c]: nids[pick[c]] for c in needed}
+    cost = sum(p.cost[pick[c]] for c in needed)
+    return Extraction(choice, cost, "tree", time.perf_counter() - start, 0, "no choice")
