@@ -16,7 +16,7 @@ from optimus_eq.extract import EGraphView, extract
 from optimus_eq.patterns import DEFAULT_REGISTRY, PatternRegistry
 from optimus_eq.report import Report
 
-STRATEGIES = ("none", "greedy", "eqsat")
+STRATEGIES = ("none", "greedy", "eqsat", "taso")
 
 #: Reports of the most recent optimizations (newest last, at most 100), for the backend's users.
 last_reports: list[Report] = []
@@ -38,6 +38,10 @@ def _strategy(name: str):
         import optimus_greedy
 
         return optimus_greedy
+    if name == "taso":
+        from optimus_eq.ablation import taso
+
+        return taso
     raise ValueError(f"unknown strategy {name!r}; valid: {STRATEGIES}")
 
 
@@ -74,6 +78,7 @@ def optimize(
     ilp_seconds: float = 10.0,
     ilp_max_nodes: int = 40_000,
     registry: PatternRegistry = DEFAULT_REGISTRY,
+    strategy_options: dict | None = None,
 ) -> tuple[GraphModule, Report]:
     """Optimize a Torch-IR FX graph with one search strategy over the registered pattern set.
 
@@ -83,7 +88,8 @@ def optimize(
             ``example_inputs``.
         example_inputs: one tensor per placeholder (only needed when meta is missing).
         strategy: ``"eqsat"`` (equality saturation + cost-based extraction), ``"greedy"`` (Optimus-
-            style destructive passes in a fixed order) or ``"none"`` (unchanged).
+            style destructive passes in a fixed order), ``"none"`` (unchanged), or for ablation studies
+            ``"taso"`` (cost-based backtracking search, :mod:`optimus_eq.ablation.taso`).
         patterns: names of the patterns to use (default: all ``pre_grad`` patterns).
         limits: iteration, e-node and time limits of the search.
         extractor: ``"auto"``, ``"tree"`` or ``"ilp"`` (see :mod:`optimus_eq.extract`).
@@ -91,6 +97,7 @@ def optimize(
         ilp_seconds: time budget of the ILP extractor, seconds.
         ilp_max_nodes: ``"auto"`` uses the ILP only up to this many reachable e-nodes.
         registry: where patterns are looked up.
+        strategy_options: keyword options of the strategy's search (``taso``: ``alpha``).
 
     Returns:
         ``(graph, report)``: a new GraphModule with the same inputs and outputs (the input ``gm``
@@ -105,6 +112,8 @@ def optimize(
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; valid: {STRATEGIES}")
     chosen = registry.select(patterns, "pre_grad")
+    if strategy != "none":
+        _check_options(strategy, strategy_options or {})
     report = Report(strategy=strategy)
     report.ops_before = count_ops(gm)
     report.nodes_before = len(gm.graph.nodes)
@@ -114,7 +123,8 @@ def optimize(
         phases = ["translate"]
         try:
             result = _run(gm, example_inputs, strategy, chosen, limits or Limits(), extractor,
-                          cost_model or GPUCostModel(), ilp_seconds, ilp_max_nodes, registry, report, phases)
+                          cost_model or GPUCostModel(), ilp_seconds, ilp_max_nodes, registry, report, phases,
+                          dict(strategy_options or {}))
         except Exception as exc:  # fail-safe: never break the user's model
             report.fallback = f"{phases[-1]} failed: {type(exc).__name__}: {exc}"
             warnings.warn(f"optimus_eq: {report.fallback}; returning the original graph", stacklevel=2)
@@ -130,14 +140,46 @@ def optimize(
     return result, report
 
 
+def _check_options(strategy: str, options: dict) -> None:
+    """Raise ValueError for ``strategy_options`` the strategy's search does not take."""
+    import inspect
+
+    params = inspect.signature(_strategy(strategy).search).parameters
+    valid = [n for n in params if n not in ("egraph", "patterns", "limits", "objective")]
+    unknown = [k for k in options if k not in valid]
+    if unknown:
+        raise ValueError(f"strategy {strategy!r} takes no option(s) {unknown}; valid: {valid}")
+
+
 def _counters():
     from torch._dynamo.utils import counters
 
     return counters["optimus_eq"]
 
 
+def _roots_and_forced(view: EGraphView, tr) -> tuple[list, set]:
+    """The e-classes a plan must compute (outputs, opaque terms) and the forced (opaque) e-nodes."""
+    roots = list(dict.fromkeys(view.node_of[tr.node_id[n]] for n in dict.fromkeys(tr.roots)))
+    forced = {nid for nid, en in view.nodes.items()
+              if en.op in ("Leaf", "Apply") and en.literals and en.literals[0] in tr.opaque_keys}
+    return roots, forced
+
+
+def _objective(tr, cost_model):
+    """``egraph -> (DAG cost of its tree extraction, plan fingerprint)``, for searches that rank graphs."""
+    from optimus_eq.ablation.taso import fingerprint
+
+    def objective(egraph):
+        view = EGraphView.from_egraph(egraph)
+        roots, forced = _roots_and_forced(view, tr)
+        ex = extract(view, roots, forced, cost_model, method="tree")
+        return ex.dag_cost, fingerprint(view, roots, ex.choice)
+
+    return objective
+
+
 def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, ilp_seconds, ilp_max_nodes,
-         registry, report, phases) -> GraphModule:
+         registry, report, phases, strategy_options) -> GraphModule:
     from optimus_bridge.lower import lower
     from optimus_bridge.translate import translate
 
@@ -154,7 +196,9 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
     report.times["translate"] = (t1 := time.perf_counter()) - t0
 
     phases.append("search")
-    result = search_mod.search(egraph, patterns, limits)
+    if getattr(search_mod, "NEEDS_OBJECTIVE", False):
+        strategy_options.setdefault("objective", _objective(tr, cost_model))
+    result = search_mod.search(egraph, patterns, limits, **strategy_options)
     report.iterations, report.stop_reason = result.iterations, result.stop_reason
     for rule, n in result.rule_matches.items():
         owner = registry.owner_of(rule)
@@ -167,10 +211,7 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
     if view.inconsistent:
         raise RuntimeError(f"inconsistent e-graph after search ({view.inconsistent[0]})")
     report.egraph_nodes, report.egraph_classes = len(view.nodes), len(view.classes)
-    root_nodes = list(dict.fromkeys(tr.roots))
-    roots = list(dict.fromkeys(view.node_of[tr.node_id[n]] for n in root_nodes))
-    forced = {nid for nid, en in view.nodes.items()
-              if en.op in ("Leaf", "Apply") and en.literals and en.literals[0] in tr.opaque_keys}
+    roots, forced = _roots_and_forced(view, tr)
     ex = extract(view, roots, forced, cost_model, method=extractor, seconds=ilp_seconds,
                  ilp_max_nodes=ilp_max_nodes)
     report.extractor, report.extract_note, report.cost_after = ex.method, ex.note, ex.dag_cost

@@ -91,6 +91,14 @@ class EGraph:
             self.egraph.run_program(*commands)
         self.egraph.run_program(*self.egraph.parse_program("(run-schedule (run load_vec) (run load))"))
 
+    def push(self) -> None:
+        """Save the e-graph's state (egglog ``push``); :meth:`pop` returns to it."""
+        self.egraph.run_program(eb.Push(1))
+
+    def pop(self) -> None:
+        """Return to the state of the last :meth:`push` (egglog ``pop``), forgetting that snapshot."""
+        self.egraph.run_program(eb.Pop(_SPAN, 1))
+
     def size(self) -> int:
         """Number of term e-nodes (rows of the term constructors)."""
         (out,) = self.egraph.run_program(eb.PrintSize(_SPAN, None))
