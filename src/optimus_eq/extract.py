@@ -94,6 +94,9 @@ class EGraphView:
         node_of: FX node id (``NodeOf`` rows) -> e-class id.
         inconsistent: facts no sound rule of ours can derive (an op equal to its own argument, two
             opaque leaves in one e-class): evidence of a wrong merge, so the caller must not extract.
+        self_loops: e-node id -> e-class of the self-loop e-nodes left out of ``nodes`` (only
+            :meth:`from_json` names them; :meth:`from_egraph` gives them no id). Forcing one makes its
+            e-class underivable.
     """
 
     nodes: dict = field(default_factory=dict)
@@ -101,11 +104,13 @@ class EGraphView:
     shapes: dict = field(default_factory=dict)
     node_of: dict[int, object] = field(default_factory=dict)
     inconsistent: list[str] = field(default_factory=list)
+    self_loops: dict = field(default_factory=dict)
 
     def _add(self, nid, op: str, eclass, children: list, literals: list) -> None:
         if eclass in children:  # self loop: never part of an acyclic plan
             if op in ("Unary", "Binary", "Apply", "Leaf"):  # f(x) == x is never derivable here
                 self.inconsistent.append(f"{op}{tuple(literals)} in its own argument's e-class")
+            self.self_loops[nid] = eclass
             return
         self.nodes[nid] = ENode(op, eclass, children, literals)
         self.classes[eclass].append(nid)
@@ -407,6 +412,10 @@ class _Problem:
             i = (n if isinstance(n, int) and 0 <= n < len(ens) else None) if nidx is None else nidx.get(n)
             if i is not None:
                 self.forced[self.ncls[i]] = i
+        for n in forced_nodes:  # a forced self loop: no e-node of its class may be chosen (-2 matches none)
+            c = view.self_loops.get(n)
+            if c is not None and self.has(c):
+                self.forced[self.cid[c]] = -2
         self._edges = None
 
     def _csr(self):
@@ -587,7 +596,7 @@ def _prepare(p: _Problem, tree_pick: list[int], rroots: list[int]) -> _Prepared:
     for c, i in p.forced.items():
         fnode[c] = i
     fc = fnode[p.ncls_a]
-    valid = derivable[p.ncls_a] & ~bad_kid & ((fc < 0) | (fc == np.arange(N)))
+    valid = derivable[p.ncls_a] & ~bad_kid & ((fc == -1) | (fc == np.arange(N)))
 
     def structure(valid: np.ndarray):
         ev = valid[p.enode]
@@ -1038,7 +1047,9 @@ def extract(view: EGraphView, roots: list, forced_nodes: set, model: GPUCostMode
     Args:
         view: the parsed e-graph.
         roots: e-classes that must be computed (graph outputs, opaque terms).
-        forced_nodes: e-node ids that must be chosen in their class (opaque ops kept verbatim).
+        forced_nodes: e-node ids that must be chosen in their class (opaque ops kept verbatim); a class
+            whose forced e-node is a self loop (``EGraphView.self_loops``) has no plan. Ids that are not
+            e-nodes of ``view`` are ignored.
         method: ``"tree"``, ``"ilp"`` or ``"auto"`` (see module docstring).
         seconds: time budget of the ILP (all components together).
         ilp_max_nodes: ``"auto"`` leaves an independent component of the pruned ILP with more e-nodes than
@@ -1046,7 +1057,8 @@ def extract(view: EGraphView, roots: list, forced_nodes: set, model: GPUCostMode
         max_rounds: ILP solves per batch of components (each adds cuts for the cycles of the last plan).
 
     Raises:
-        RuntimeError: when some root has no acyclic derivation (a bug in the rules or the bridge).
+        RuntimeError: when some root has no acyclic derivation with the forced e-nodes (a bug in the rules
+            or the bridge).
     """
     if method not in ("tree", "ilp", "auto"):
         raise ValueError(f"unknown extraction method {method!r}; valid: 'tree', 'ilp', 'auto'")
@@ -1141,7 +1153,7 @@ def _unique(view: EGraphView, p: _Problem, roots: list, start: float) -> Extract
         k = 0
         while k < len(needed) and not bad:
             i = pick[needed[k]]
-            if i < 0:
+            if i < 0 or p.forced.get(needed[k], i) != i:
                 bad.append(p.cids[needed[k]])
                 break
             for x in p.kids[i]:
