@@ -17,6 +17,8 @@ from optimus_eq.patterns import DEFAULT_REGISTRY, PatternRegistry
 from optimus_eq.report import Report
 
 STRATEGIES = ("none", "greedy", "eqsat")
+#: IR levels: Torch-IR graphs from dynamo (``pre_grad``), Aten-IR graphs from AOTAutograd (``post_grad``).
+LEVELS = ("pre_grad", "post_grad")
 
 #: Reports of the most recent optimizations (newest last, at most 100), for the backend's users.
 last_reports: list[Report] = []
@@ -41,12 +43,15 @@ def _strategy(name: str):
     raise ValueError(f"unknown strategy {name!r}; valid: {STRATEGIES}")
 
 
-def _ensure_meta(gm: GraphModule, example_inputs: Sequence | None) -> None:
-    """Give every node FakeTensor meta (dynamo graphs have it; symbolic_trace graphs do not)."""
+def _ensure_meta(gm: GraphModule, example_inputs: Sequence | None, level: str = "pre_grad") -> None:
+    """Give every node FakeTensor meta (dynamo graphs have it; symbolic_trace graphs do not). Aten-IR
+    graphs carry ``val`` on every node that returns something (``val`` is None for ops returning None):
+    there only the placeholders are checked."""
     from optimus_bridge.translate import meta_val
 
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    if all(meta_val(n) is not None for n in gm.graph.nodes if n.op != "output"):
+    needed = placeholders if level == "post_grad" else [n for n in gm.graph.nodes if n.op != "output"]
+    if all(meta_val(n) is not None for n in needed):
         return
     if example_inputs is None:
         raise ValueError("the graph has no FakeTensor meta; pass example_inputs")
@@ -74,8 +79,9 @@ def optimize(
     ilp_seconds: float = 10.0,
     ilp_max_nodes: int = 40_000,
     registry: PatternRegistry = DEFAULT_REGISTRY,
+    level: str = "pre_grad",
 ) -> tuple[GraphModule, Report]:
-    """Optimize a Torch-IR FX graph with one search strategy over the registered pattern set.
+    """Optimize a Torch-IR (or Aten-IR) FX graph with one search strategy over the registered pattern set.
 
     Args:
         gm: the graph, e.g. as dynamo hands it to a backend (parameters are placeholders). Nodes
@@ -84,28 +90,33 @@ def optimize(
         example_inputs: one tensor per placeholder (only needed when meta is missing).
         strategy: ``"eqsat"`` (equality saturation + cost-based extraction), ``"greedy"`` (Optimus-
             style destructive passes in a fixed order) or ``"none"`` (unchanged).
-        patterns: names of the patterns to use (default: all ``pre_grad`` patterns).
+        patterns: names of the patterns to use (default: all patterns of ``level``).
         limits: iteration, e-node and time limits of the search.
         extractor: ``"auto"``, ``"tree"`` or ``"ilp"`` (see :mod:`optimus_eq.extract`).
         cost_model: the GPU cost model (microseconds per e-node).
         ilp_seconds: time budget of the ILP extractor, seconds.
         ilp_max_nodes: ``"auto"`` uses the ILP only up to this many reachable e-nodes.
         registry: where patterns are looked up.
+        level: ``"pre_grad"`` (a Torch-IR graph, as dynamo hands it to a backend) or ``"post_grad"``
+            (an Aten-IR graph from AOTAutograd, nodes calling aten OpOverloads; the result calls aten
+            OpOverloads too, with ``val`` meta, as Inductor's post-grad passes expect).
 
     Returns:
         ``(graph, report)``: a new GraphModule with the same inputs and outputs (the input ``gm``
         itself for ``"none"`` or after a fallback) and a :class:`Report`.
 
     Raises:
-        ValueError: for an unknown strategy or pattern name (the message lists the valid ones).
+        ValueError: for an unknown strategy, level or pattern name (the message lists the valid ones).
 
     Any failure inside translation, search, extraction or lowering returns the original graph with
     one warning naming the cause (``report.fallback``); the user's model is never made wrong.
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; valid: {STRATEGIES}")
-    chosen = registry.select(patterns, "pre_grad")
-    report = Report(strategy=strategy)
+    if level not in LEVELS:
+        raise ValueError(f"unknown level {level!r}; valid: {LEVELS}")
+    chosen = registry.select(patterns, level)
+    report = Report(strategy=strategy, level=level)
     report.ops_before = count_ops(gm)
     report.nodes_before = len(gm.graph.nodes)
     start = time.perf_counter()
@@ -114,7 +125,8 @@ def optimize(
         phases = ["translate"]
         try:
             result = _run(gm, example_inputs, strategy, chosen, limits or Limits(), extractor,
-                          cost_model or GPUCostModel(), ilp_seconds, ilp_max_nodes, registry, report, phases)
+                          cost_model or GPUCostModel(), ilp_seconds, ilp_max_nodes, registry, report, phases,
+                          level)
         except Exception as exc:  # fail-safe: never break the user's model
             report.fallback = f"{phases[-1]} failed: {type(exc).__name__}: {exc}"
             warnings.warn(f"optimus_eq: {report.fallback}; returning the original graph", stacklevel=2)
@@ -137,20 +149,25 @@ def _counters():
 
 
 def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, ilp_seconds, ilp_max_nodes,
-         registry, report, phases) -> GraphModule:
+         registry, report, phases, level="pre_grad") -> GraphModule:
     from optimus_bridge.lower import lower
     from optimus_bridge.translate import translate
+
+    ir = None
+    if level == "post_grad":
+        from optimus_bridge.aten import ATEN_IR as ir, translate_aten as translate
 
     search_mod = _strategy(strategy)
 
     t0 = time.perf_counter()
-    _ensure_meta(gm, example_inputs)
+    _ensure_meta(gm, example_inputs, level)
     tr = translate(gm)
     egraph = EGraph(patterns, subsume=search_mod.SUBSUME)
     egraph.insert(tr.rows)
     report.left_opaque = len(tr.kept)
-    if tr.normalized and "normalization_pass" in {p.name for p in patterns}:
-        report.patterns_fired["normalization_pass"] = tr.normalized
+    canonical = "normalization_pass" if level == "pre_grad" else "normalization_aten_pass"
+    if tr.normalized and canonical in {p.name for p in patterns}:
+        report.patterns_fired[canonical] = tr.normalized
     report.times["translate"] = (t1 := time.perf_counter()) - t0
 
     phases.append("search")
@@ -177,6 +194,6 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
     report.times["extract"] = (t3 := time.perf_counter()) - t2
 
     phases.append("lower")
-    out = lower(tr, view, ex.choice)
+    out = lower(tr, view, ex.choice, ir)
     report.times["lower"] = time.perf_counter() - t3
     return out
