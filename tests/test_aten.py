@@ -554,6 +554,17 @@ def test_install_keeps_a_users_pass_first():
 
 # -- end to end through torch.compile and Inductor (few, small) -------------------------------------
 
+@pytest.fixture
+def no_compile_cache():
+    """Inductor's FX graph cache and AOTAutograd's cache would replay an earlier run's compiled graph
+    (keyed with the pass's uuid) without calling the pass: the counters below need a real compile."""
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    with inductor_config.patch(fx_graph_cache=False), functorch_config.patch(enable_autograd_cache=False):
+        yield
+
+
 def _e2e_fn(x, y):
     a, b, c = torch.split(x, [2, 3, 5], 1)
     s = torch.stack(torch.unbind(y, 1), 1)
@@ -561,7 +572,7 @@ def _e2e_fn(x, y):
 
 
 @pytest.mark.slow
-def test_backend_post_grad_end_to_end():
+def test_backend_post_grad_end_to_end(no_compile_cache):
     """backend(post_grad=True, pre_grad=False): the post-grad pass runs on the forward and backward
     graphs inside Inductor, fires, and outputs and gradients equal eager."""
     counters.clear()
@@ -581,7 +592,7 @@ def test_backend_post_grad_end_to_end():
 
 
 @pytest.mark.slow
-def test_users_own_inductor_config_end_to_end():
+def test_users_own_inductor_config_end_to_end(no_compile_cache):
     """A user sets Inductor's post-grad hook to optimus_eq.post_grad_pass and compiles with plain Inductor."""
     import torch._inductor.config as inductor_config
 
