@@ -27,7 +27,7 @@ What upstream does and where we differ:
 
 from __future__ import annotations
 
-from optimus_eq.patterns import split_cat
+from optimus_eq.patterns import split_cat, views
 from optimus_eq.patterns.registry import Pattern, Rule
 
 
@@ -38,8 +38,11 @@ def _reuse(prefix: str, *patterns: Pattern) -> tuple[Rule, ...]:
 
 def _runs(prefix: str) -> tuple[Rule, ...]:
     """Merge runs of adjacent slices of one tensor inside a cat; a full run is the tensor; a cat of
-    one input is that input (split_cat_pass, merge_getitem_cat_pass, mutate_cat_pass)."""
-    return _reuse(prefix, split_cat.split_cat_pass, split_cat.merge_getitem_cat_pass, split_cat.mutate_cat_pass)
+    one input is that input; the view the fold leaves folds into the view after it (split_cat_pass,
+    merge_getitem_cat_pass, mutate_cat_pass, fold_view_chain: Aten-IR spells a stack as cat + view, so
+    greedy, which never revisits fold_view_chain, needs the fold inside the pass)."""
+    return _reuse(prefix, split_cat.split_cat_pass, split_cat.merge_getitem_cat_pass, split_cat.mutate_cat_pass,
+                  views.fold_view_chain)
 
 
 #: select(x, d, i) inside a cat along c != d is a select of x.movedim(d, c) along c (then it is a select
