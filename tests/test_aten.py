@@ -606,3 +606,24 @@ def test_users_own_inductor_config_end_to_end(no_compile_cache):
     assert counters["optimus_eq"]["post_grad_graphs"] >= 1
     assert counters["optimus_eq"]["split_cat_aten_pass"] + counters["optimus_eq"]["pointwise_through_slice"] > 0
     assert counters["optimus_eq"]["fallback"] == 0
+
+
+def test_symbolic_sizes_are_left_alone_and_never_crash():
+    """A graph traced with symbolic sizes (make_fx, tracing_mode="symbolic") stays correct for other
+    sizes: nodes with symbolic shapes are kept as they are, with no fallback and no warning."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from optimus_bridge.post_grad import optimize_in_place
+
+    def f(x):
+        a, b = aten.split.Tensor(x, 4, 1)
+        return aten.cat.default([a, b], 1) * 2
+
+    gm = make_fx(f, tracing_mode="symbolic")(_x((3, 8)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report = optimize_in_place(gm, "eqsat")
+    assert report.fallback is None
+    for shape in [(3, 8), (6, 8)]:
+        x = _x(shape, seed=4)
+        torch.testing.assert_close(gm(x), f(x))
