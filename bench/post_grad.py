@@ -7,8 +7,12 @@ post-grad custom pass (``post_grad``), and both. For each: max error against eag
 gradients), device kernels per forward+backward step (torch.profiler), and the median time of a step.
 
     python bench/post_grad.py [--device cuda] [--fields 64] [--dim 32] [--batch 4096] [--strategy eqsat]
+    python bench/post_grad.py --counts [--fields 64] [--dim 32]     # no compile: graph sizes only
 
 Prints one markdown table row per configuration. Time is only meaningful on an otherwise idle device.
+``--counts`` runs the post-grad pass on the forward and backward Aten-IR graphs of AOTAutograd (with
+Inductor's decompositions, no Inductor) and prints, per strategy and graph, FX nodes and split/cat junk
+nodes (split, unbind, getitem, cat, slice, select) before and after, and the optimizer's time.
 """
 
 from __future__ import annotations
@@ -104,6 +108,38 @@ def run(args) -> None:
               f"{counters['optimus_eq']['post_grad_graphs']} | {counters['optimus_eq']['fallback']} |")
 
 
+JUNK = ("split", "chunk", "unbind", "getitem", "cat", "stack", "slice", "select")
+
+
+def counts(args) -> None:
+    from torch._functorch.aot_autograd import aot_module, make_boxed_func
+    from torch._inductor.decomposition import select_decomp_table
+
+    model = FieldModel(args.fields, args.dim)
+    x = torch.randn(8, args.fields * args.dim, requires_grad=True)
+    y = torch.randn(8, args.fields, args.dim, requires_grad=True)
+    print(f"torch {torch.__version__}, fields {args.fields}, dim {args.dim} (Aten-IR graphs of AOTAutograd)")
+    print("| strategy | graph | FX nodes | junk nodes | optimizer (s) |")
+    print("|---|---|---|---|---|")
+    for strategy in ("greedy", "eqsat"):
+        pg = optimus_eq.post_grad_pass(strategy)
+        reports = []
+
+        def compiler(gm, example_inputs):
+            pg(gm.graph)
+            reports.append(optimus_eq.last_reports[-1])
+            return make_boxed_func(gm)
+
+        fn = aot_module(model, fw_compiler=compiler, bw_compiler=compiler, decompositions=select_decomp_table())
+        out = fn(x, y)
+        sum(o.sum() for o in out).backward()
+        for which, r in zip(("forward", "backward"), reports):
+            jb = sum(r.ops_before.get(k, 0) for k in JUNK)
+            ja = sum(r.ops_after.get(k, 0) for k in JUNK)
+            print(f"| {strategy} | {which} | {r.nodes_before} -> {r.nodes_after} | {jb} -> {ja} | "
+                  f"{r.times['total']:.2f} |" + (f" FELL BACK: {r.fallback}" if r.fallback else ""))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -112,7 +148,9 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=4096)
     p.add_argument("--strategy", default="eqsat", choices=["eqsat", "greedy"])
     p.add_argument("--reps", type=int, default=50)
-    run(p.parse_args())
+    p.add_argument("--counts", action="store_true", help="graph sizes only, no compile")
+    args = p.parse_args()
+    counts(args) if args.counts else run(args)
 
 
 if __name__ == "__main__":
