@@ -13,6 +13,7 @@ strides differ from eager's gets ``.contiguous()`` when eager's was contiguous. 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -34,13 +35,37 @@ _VIEW_LOWERING: dict[str, Callable] = {
 _VIEW_TARGETS = {torch.narrow, torch.select, torch.unsqueeze, torch.reshape, torch.permute}
 
 
+@dataclass(frozen=True)
+class IRLevel:
+    """What lowering emits for one IR level: a table keyed by constructor plus the few ops it adds.
+
+    Attributes:
+        views: constructor (``"Narrow"``, ...) -> ``f(graph, x, literals) -> Node``.
+        view_targets: FX targets of the view nodes ``views`` emits.
+        is_view: does an original node return a view of its first input (output un-aliasing)?
+        is_fresh: does an original node return new storage (a cat, a matmul)?
+        cat: ``f(graph, tensors, dim) -> Node``; ``stack`` likewise, or None to emit a cat of unsqueezes.
+        clone: ``f(graph, x, memory_format) -> Node``; ``contiguous``: ``f(graph, x) -> Node``.
+    """
+
+    views: dict
+    view_targets: frozenset
+    is_view: Callable
+    is_fresh: Callable
+    cat: Callable
+    stack: Callable | None
+    clone: Callable
+    contiguous: Callable
+
+
 class LoweringError(RuntimeError):
     """The extracted plan cannot be lowered faithfully (the caller falls back to the original graph)."""
 
 
 class Lowerer:
-    def __init__(self, t: Translation, view: EGraphView, choice: dict[str, str]) -> None:
+    def __init__(self, t: Translation, view: EGraphView, choice: dict[str, str], level: "IRLevel | None" = None) -> None:
         self.t, self.view, self.choice = t, view, choice
+        self.level = level or TORCH_IR
         self.graph = Graph()
         self.env: dict[Node, Node] = {}
         self.cval: dict[str, Node] = {}
@@ -120,17 +145,17 @@ class Lowerer:
         op, lit = node.op, node.literals
         if op in ("Leaf", "Apply") and lit[0] in self.t.opaque_keys:
             return self.emit_kept(self.t.opaque_keys[lit[0]])
-        if op in _VIEW_LOWERING:
-            return _VIEW_LOWERING[op](g, self.cval[node.children[0]], lit)
+        if op in self.level.views:
+            return self.level.views[op](g, self.cval[node.children[0]], lit)
         if op == "Cat":
             elems = self._list(node.children[0])
             first = self.view.nodes[self.choice[node.children[0]]]
             dim = first.literals[0]
             kids = [self.view.nodes[self.choice[e]] for e in elems]
-            if all(k.op == "Unsqueeze" and k.literals[0] == dim for k in kids):
+            if self.level.stack is not None and all(k.op == "Unsqueeze" and k.literals[0] == dim for k in kids):
                 inner = [self.cval[k.children[0]] for k in kids]  # the unsqueezes become dead
-                return g.call_function(torch.stack, (inner, dim))
-            return g.call_function(torch.cat, ([self.cval[e] for e in elems], dim))
+                return self.level.stack(g, inner, dim)
+            return self.level.cat(g, [self.cval[e] for e in elems], dim)
         if op in ("Unary", "Binary", "Apply"):
             recipe = self.t.recipes[lit[0]]
             kids = self._deps(cls)
@@ -160,7 +185,7 @@ class Lowerer:
         self._remove_dead_terms()
         copies = set(self.env.values())
         _propagate_meta(self.graph, self.t.gm, self.t.gm, lambda n: n not in copies)
-        added = _fix_strides(self.graph, out_node)
+        added = _fix_strides(self.graph, out_node, self.level)
         if added:
             _propagate_meta(self.graph, self.t.gm, self.t.gm, lambda n: True, only=added)
         return GraphModule(self.t.gm, self.graph)
@@ -177,22 +202,23 @@ class Lowerer:
         new = _flat_nodes(new_out.args[0])
         if len(old) != len(new):
             raise LoweringError("output structure changed")
-        new_roots = [_storage_root(n, lambda x: x.op == "call_function" and x.target in _VIEW_TARGETS
-                                   or _is_view(x)) for n in new]
-        old_roots = [_storage_root(n, _is_view) for n in old]
+        level = self.level
+        new_roots = [_storage_root(n, lambda x: x.op == "call_function" and x.target in level.view_targets
+                                   or level.is_view(x)) for n in new]
+        old_roots = [_storage_root(n, level.is_view) for n in old]
         copy_of = {v: k for k, v in self.env.items()}
         seen: dict[Node, Node] = {}
         for i, (o, n, oroot, nroot) in enumerate(zip(old, new, old_roots, new_roots)):
             if not isinstance(o, Node) or not isinstance(meta_val(o), torch.Tensor):
                 continue
-            fresh_before = oroot.op in ("call_function", "call_method") and vocab.op_name(oroot) in vocab.FRESH_OPS
+            fresh_before = oroot.op in ("call_function", "call_method") and level.is_fresh(oroot)
             foreign = (nroot.op in ("placeholder", "get_attr")
                        or (nroot in seen and seen[nroot] is not oroot)
                        or (nroot in copy_of and copy_of[nroot] is not oroot))
             if fresh_before and foreign:
                 with self.graph.inserting_before(new_out):
                     fmt = torch.contiguous_format if meta_val(o).is_contiguous() else torch.preserve_format
-                    clone = self.graph.call_method("clone", (n,), {"memory_format": fmt})
+                    clone = level.clone(self.graph, n, fmt)
                 _replace_output_at(new_out, i, clone)
                 nroot = clone
             seen.setdefault(nroot, oroot)
@@ -225,7 +251,7 @@ def _replace_output_at(out: Node, index: int, value: Node) -> None:
     out.args = (torch.fx.node.map_aggregate(out.args[0], swap),)
 
 
-def _fix_strides(graph: Graph, old_out: Node) -> list[Node]:
+def _fix_strides(graph: Graph, old_out: Node, level: IRLevel) -> list[Node]:
     """Make outputs contiguous where eager's were and ours are not. Returns the nodes added."""
     new_out = next(n for n in reversed(graph.nodes) if n.op == "output")
     old, new = _flat_nodes(old_out.args[0]), _flat_nodes(new_out.args[0])
@@ -241,7 +267,7 @@ def _fix_strides(graph: Graph, old_out: Node) -> list[Node]:
             if not ov.is_contiguous():
                 raise LoweringError(f"output {i} strides {nv.stride()} differ from eager's {ov.stride()}")
             with graph.inserting_before(new_out):
-                c = graph.call_method("contiguous", (n,))
+                c = level.contiguous(graph, n)
             _replace_output_at(new_out, i, c)
             added.append(c)
     return added
@@ -340,7 +366,8 @@ class _NotFast(Exception):
 #: Python reference under FakeTensorMode that picks other strides for size-1 dims than the C++ kernel. Kept
 #: on the FakeTensor path so that meta is exactly what FakeTensorProp gives (checked over the test suite).
 _SLOW_META = frozenset([torch.reshape, torch.Tensor.reshape, torch.Tensor.view, "reshape", "view", "view_as",
-                        torch.flatten, "flatten", torch.unflatten, "unflatten"])
+                        torch.flatten, "flatten", torch.unflatten, "unflatten", torch.ops.aten.reshape.default,
+                        torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default])
 
 
 def _slow_meta(target) -> bool:
@@ -405,12 +432,27 @@ def _fast_node(n: Node, env: dict, twins: dict, twin_of, fake_type, mode):
     return fake_type(mode, out, next(iter(devices)))
 
 
-def lower(t: Translation, view: EGraphView, choice: dict[str, str]) -> GraphModule:
+def lower(t: Translation, view: EGraphView, choice: dict[str, str], level: IRLevel | None = None) -> GraphModule:
     """Lower the extracted plan ``choice`` (e-class -> e-node id) to a GraphModule.
+
+    ``level`` says which ops to emit (default :data:`TORCH_IR`; Aten-IR: ``optimus_bridge.aten.ATEN_IR``).
 
     Raises:
         LoweringError: when the plan would reorder kept nodes or change an output's shape, dtype or
             (non-contiguous) strides.
     """
     with no_gc():
-        return Lowerer(t, view, choice).run()
+        return Lowerer(t, view, choice, level).run()
+
+
+#: Torch-IR lowering: ``torch.*`` functions and Tensor methods, as dynamo graphs spell them.
+TORCH_IR = IRLevel(
+    views=_VIEW_LOWERING,
+    view_targets=frozenset(_VIEW_TARGETS),
+    is_view=_is_view,
+    is_fresh=lambda n: vocab.op_name(n) in vocab.FRESH_OPS,
+    cat=lambda g, xs, d: g.call_function(torch.cat, (xs, d)),
+    stack=lambda g, xs, d: g.call_function(torch.stack, (xs, d)),
+    clone=lambda g, x, fmt: g.call_method("clone", (x,), {"memory_format": fmt}),
+    contiguous=lambda g, x: g.call_method("contiguous", (x,)),
+)

@@ -128,15 +128,16 @@ def _arg(node: Node, pos: int, name: str, default=None):
 
 # -- alias and mutation analysis ----------------------------------------------------------------
 
-def frozen_nodes(gm: GraphModule) -> set[Node]:
+def frozen_nodes(gm: GraphModule, voc=vocab) -> set[Node]:
     """Nodes that must stay exactly as they are because a tensor they touch is mutated in place.
 
     The alias groups join a node with its tensor inputs unless its op is known to return fresh
     storage (cat, linear, tanh, ...); unknown ops are assumed to alias. A group with a mutated member
-    is frozen, and so is every reader of a frozen node.
+    is frozen, and so is every reader of a frozen node. ``voc`` is the op vocabulary of the graph's IR
+    (:mod:`optimus_bridge.vocab` or :mod:`optimus_bridge.aten_vocab`).
     """
     nodes = list(gm.graph.nodes)
-    mutated = [n for n in nodes if vocab.is_mutation(n, gm)]
+    mutated = [n for n in nodes if voc.is_mutation(n, gm)]
     if not mutated:
         return set()
     parent: dict[Node, Node] = {}
@@ -148,7 +149,7 @@ def frozen_nodes(gm: GraphModule) -> set[Node]:
         return n
 
     for n in nodes:
-        if n.op in ("placeholder", "get_attr", "output") or vocab.op_name(n) in vocab.FRESH_OPS:
+        if n.op in ("placeholder", "get_attr", "output") or voc.op_name(n) in voc.FRESH_OPS:
             continue
         for a in n.all_input_nodes:
             ra, rn = find(a), find(n)
@@ -166,7 +167,12 @@ def frozen_nodes(gm: GraphModule) -> set[Node]:
 # -- the translator ------------------------------------------------------------------------------
 
 class Translator:
-    """Builds a :class:`Translation` for one Torch-IR GraphModule (see module docstring)."""
+    """Builds a :class:`Translation` for one Torch-IR GraphModule (see module docstring).
+
+    ``vocab`` is the op vocabulary; :class:`optimus_bridge.aten.AtenTranslator` swaps in Aten-IR's.
+    """
+
+    vocab = vocab
 
     def __init__(self, gm: GraphModule) -> None:
         self.gm = gm
@@ -224,7 +230,7 @@ class Translator:
 
     def run(self) -> Translation:
         t = self.t
-        t.frozen = frozen_nodes(self.gm) | self._global_state_region()
+        t.frozen = frozen_nodes(self.gm, self.vocab) | self._global_state_region()
         for node in self.gm.graph.nodes:
             if node.op == "output":
                 self._output(node)
@@ -233,7 +239,7 @@ class Translator:
             if node in t.frozen or node.op not in ("call_function", "call_method"):
                 self._opaque(node, val)
                 continue
-            name = vocab.op_name(node)
+            name = self.vocab.op_name(node)
             if name is None:
                 self._opaque(node, val)
                 continue
@@ -244,7 +250,7 @@ class Translator:
                     self._bind(node, self._tensor_op(node, name, val), val)
                 else:
                     raise Unsupported("not a tensor with static shape")
-                if name not in vocab.APPLY_OPS and name not in vocab.UNARY_OPS | vocab.ARITH_OPS:
+                if name not in self.vocab.APPLY_OPS and name not in self.vocab.UNARY_OPS | self.vocab.ARITH_OPS:
                     t.normalized += 1
             except (Unsupported, IndexError, TypeError, ValueError, KeyError):
                 # a spelling this translator does not know: the node stays exactly as it was
@@ -256,7 +262,7 @@ class Translator:
     def _global_state_region(self) -> set[Node]:
         """Nodes from the first to the last global-state change, which all stay as they are."""
         nodes = list(self.gm.graph.nodes)
-        marks = [i for i, n in enumerate(nodes) if vocab.changes_global_state(n)]
+        marks = [i for i, n in enumerate(nodes) if self.vocab.changes_global_state(n)]
         if not marks:
             return set()
         first, last = marks[0], marks[-1]
@@ -360,7 +366,7 @@ class Translator:
         x_val = meta_val(x)
         if not is_static_tensor(x_val):
             raise Unsupported("input without static shape")
-        if name not in vocab.FRESH_OPS and (val.dtype != x_val.dtype or val.device != x_val.device):
+        if name not in self.vocab.FRESH_OPS and (val.dtype != x_val.dtype or val.device != x_val.device):
             raise Unsupported("a view that changes dtype or device (x.view(torch.int32))")
         rank = x_val.dim()
         if name == "narrow":
@@ -374,7 +380,7 @@ class Translator:
         if name == "unsqueeze":
             dim = _norm_dim(_arg(node, 1, "dim"), rank + 1)
             return self._new("UnsqueezeIn", xv, dim)
-        if name in vocab.RESHAPE_OPS:
+        if name in self.vocab.RESHAPE_OPS:
             if tuple(val.shape) == tuple(x_val.shape):
                 return xv
             return self._new("ReshapeIn", xv, self._vec(val.shape))
@@ -394,7 +400,7 @@ class Translator:
             if training is False or p == 0:
                 return xv
             raise Unsupported("dropout in training mode is random")
-        if name in vocab.UNARY_OPS or name in vocab.ARITH_OPS or name in vocab.APPLY_OPS:
+        if name in self.vocab.UNARY_OPS or name in self.vocab.ARITH_OPS or name in self.vocab.APPLY_OPS:
             return self._pure(node, name, val)
         raise Unsupported(name)
 
@@ -519,9 +525,9 @@ class Translator:
             raise Unsupported("no tensor input")
         key = self._key(f"{name}|{node.op}|{_target_name(node.target)}|{args!r}|{sorted(kwargs.items())!r}")
         self.t.recipes[key] = Recipe(name, node.op, node.target, args, kwargs)
-        if len(slots) == 1 and (name in vocab.UNARY_OPS or name in vocab.ARITH_OPS):
+        if len(slots) == 1 and (name in self.vocab.UNARY_OPS or name in self.vocab.ARITH_OPS):
             return self._new("UnaryIn", key, slots[0])
-        if len(slots) == 2 and name in vocab.ARITH_OPS:
+        if len(slots) == 2 and name in self.vocab.ARITH_OPS:
             return self._new("BinaryIn", key, slots[0], slots[1])
         return self._new("ApplyIn", key, self._arglist(slots))
 

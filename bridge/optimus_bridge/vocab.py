@@ -121,6 +121,10 @@ def op_kind(node: Node) -> str:
     name = op_name(node)
     if name is not None:
         return name
+    if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+        from optimus_bridge import aten_vocab  # Aten-IR: the same names ("split", "cat", "slice", ...)
+
+        return aten_vocab.op_name(node) or node.target.overloadpacket.__name__
     if node.op in ("call_function", "call_method"):
         target = node.target
         return target if isinstance(target, str) else getattr(target, "__name__", str(target))

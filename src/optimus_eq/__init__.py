@@ -8,6 +8,11 @@ torch.compile use::
 
     torch.compile(model, backend="optimus_eq")                       # eqsat, then Inductor
     torch.compile(model, backend=optimus_eq.backend(strategy="greedy"))
+    torch.compile(model, backend=optimus_eq.backend(post_grad=True))  # also the Aten-IR graphs (fw + bw)
+
+Inductor's post-grad hook, for users who set Inductor's config themselves::
+
+    torch._inductor.config.post_grad_custom_pre_pass = optimus_eq.post_grad_pass(strategy="eqsat")
 """
 
 from optimus_eq.api import STRATEGIES, count_ops, last_reports, optimize
@@ -26,10 +31,23 @@ def backend(strategy: str = "eqsat", **options):
     return _backend(strategy=strategy, **options)
 
 
+def post_grad_pass(strategy: str = "eqsat", **options):
+    """Inductor's post-grad custom pass (a ``CustomGraphPass`` with a ``uuid``) that optimizes the Aten-IR
+    graphs AOTAutograd produces, forward and backward, in place.
+
+    Set it as ``torch._inductor.config.post_grad_custom_pre_pass`` (or ``_post_pass``). ``options`` go to
+    :func:`optimize` (``patterns`` are post-grad pattern names). See
+    :class:`optimus_bridge.post_grad.PostGradPass`.
+    """
+    from optimus_bridge.post_grad import PostGradPass
+
+    return PostGradPass(strategy, **options)
+
+
 def list_patterns() -> list[tuple[str, tuple[str, ...], str]]:
     """Registered patterns as ``(name, IR levels, kind)``, in greedy pass order."""
     return [(p.name, p.levels, p.kind) for p in DEFAULT_REGISTRY]
 
 
 __all__ = ["STRATEGIES", "DEFAULT_REGISTRY", "Limits", "Pattern", "Report", "Rule", "backend", "count_ops",
-           "last_reports", "list_patterns", "optimize"]
+           "last_reports", "list_patterns", "optimize", "post_grad_pass"]

@@ -17,6 +17,8 @@ from optimus_eq.patterns import DEFAULT_REGISTRY, PatternRegistry
 from optimus_eq.report import Report
 
 STRATEGIES = ("none", "greedy", "eqsat", "taso")
+#: IR levels: Torch-IR graphs from dynamo (``pre_grad``), Aten-IR graphs from AOTAutograd (``post_grad``).
+LEVELS = ("pre_grad", "post_grad")
 
 #: Reports of the most recent optimizations (newest last, at most 100), for the backend's users.
 last_reports: list[Report] = []
@@ -45,12 +47,15 @@ def _strategy(name: str):
     raise ValueError(f"unknown strategy {name!r}; valid: {STRATEGIES}")
 
 
-def _ensure_meta(gm: GraphModule, example_inputs: Sequence | None) -> None:
-    """Give every node FakeTensor meta (dynamo graphs have it; symbolic_trace graphs do not)."""
+def _ensure_meta(gm: GraphModule, example_inputs: Sequence | None, level: str = "pre_grad") -> None:
+    """Give every node FakeTensor meta (dynamo graphs have it; symbolic_trace graphs do not). Aten-IR
+    graphs carry ``val`` on every node that returns something (``val`` is None for ops returning None):
+    there only the placeholders are checked."""
     from optimus_bridge.translate import meta_val
 
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    if all(meta_val(n) is not None for n in gm.graph.nodes if n.op != "output"):
+    needed = placeholders if level == "post_grad" else [n for n in gm.graph.nodes if n.op != "output"]
+    if all(meta_val(n) is not None for n in needed):
         return
     if example_inputs is None:
         raise ValueError("the graph has no FakeTensor meta; pass example_inputs")
@@ -79,8 +84,9 @@ def optimize(
     ilp_max_nodes: int = 40_000,
     registry: PatternRegistry = DEFAULT_REGISTRY,
     strategy_options: dict | None = None,
+    level: str = "pre_grad",
 ) -> tuple[GraphModule, Report]:
-    """Optimize a Torch-IR FX graph with one search strategy over the registered pattern set.
+    """Optimize a Torch-IR (or Aten-IR) FX graph with one search strategy over the registered pattern set.
 
     Args:
         gm: the graph, e.g. as dynamo hands it to a backend (parameters are placeholders). Nodes
@@ -90,7 +96,7 @@ def optimize(
         strategy: ``"eqsat"`` (equality saturation + cost-based extraction), ``"greedy"`` (Optimus-
             style destructive passes in a fixed order), ``"none"`` (unchanged), or for ablation studies
             ``"taso"`` (cost-based backtracking search, :mod:`optimus_eq.ablation.taso`).
-        patterns: names of the patterns to use (default: all ``pre_grad`` patterns).
+        patterns: names of the patterns to use (default: all patterns of ``level``).
         limits: iteration, e-node and time limits of the search.
         extractor: ``"auto"``, ``"tree"`` or ``"ilp"`` (see :mod:`optimus_eq.extract`).
         cost_model: the GPU cost model (microseconds per e-node).
@@ -98,23 +104,28 @@ def optimize(
         ilp_max_nodes: ``"auto"`` uses the ILP only up to this many reachable e-nodes.
         registry: where patterns are looked up.
         strategy_options: keyword options of the strategy's search (``taso``: ``alpha``).
+        level: ``"pre_grad"`` (a Torch-IR graph, as dynamo hands it to a backend) or ``"post_grad"``
+            (an Aten-IR graph from AOTAutograd, nodes calling aten OpOverloads; the result calls aten
+            OpOverloads too, with ``val`` meta, as Inductor's post-grad passes expect).
 
     Returns:
         ``(graph, report)``: a new GraphModule with the same inputs and outputs (the input ``gm``
         itself for ``"none"`` or after a fallback) and a :class:`Report`.
 
     Raises:
-        ValueError: for an unknown strategy or pattern name (the message lists the valid ones).
+        ValueError: for an unknown strategy, level or pattern name (the message lists the valid ones).
 
     Any failure inside translation, search, extraction or lowering returns the original graph with
     one warning naming the cause (``report.fallback``); the user's model is never made wrong.
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; valid: {STRATEGIES}")
-    chosen = registry.select(patterns, "pre_grad")
+    if level not in LEVELS:
+        raise ValueError(f"unknown level {level!r}; valid: {LEVELS}")
+    chosen = registry.select(patterns, level)
     if strategy != "none":
         _check_options(strategy, strategy_options or {})
-    report = Report(strategy=strategy)
+    report = Report(strategy=strategy, level=level)
     report.ops_before = count_ops(gm)
     report.nodes_before = len(gm.graph.nodes)
     start = time.perf_counter()
@@ -124,7 +135,7 @@ def optimize(
         try:
             result = _run(gm, example_inputs, strategy, chosen, limits or Limits(), extractor,
                           cost_model or GPUCostModel(), ilp_seconds, ilp_max_nodes, registry, report, phases,
-                          dict(strategy_options or {}))
+                          dict(strategy_options or {}), level)
         except Exception as exc:  # fail-safe: never break the user's model
             report.fallback = f"{phases[-1]} failed: {type(exc).__name__}: {exc}"
             warnings.warn(f"optimus_eq: {report.fallback}; returning the original graph", stacklevel=2)
@@ -179,20 +190,25 @@ def _objective(tr, cost_model):
 
 
 def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, ilp_seconds, ilp_max_nodes,
-         registry, report, phases, strategy_options) -> GraphModule:
+         registry, report, phases, strategy_options, level="pre_grad") -> GraphModule:
     from optimus_bridge.lower import lower
     from optimus_bridge.translate import translate
+
+    ir = None
+    if level == "post_grad":
+        from optimus_bridge.aten import ATEN_IR as ir, translate_aten as translate
 
     search_mod = _strategy(strategy)
 
     t0 = time.perf_counter()
-    _ensure_meta(gm, example_inputs)
+    _ensure_meta(gm, example_inputs, level)
     tr = translate(gm)
     egraph = EGraph(patterns, subsume=search_mod.SUBSUME)
     egraph.insert(tr.rows)
     report.left_opaque = len(tr.kept)
-    if tr.normalized and "normalization_pass" in {p.name for p in patterns}:
-        report.patterns_fired["normalization_pass"] = tr.normalized
+    canonical = "normalization_pass" if level == "pre_grad" else "normalization_aten_pass"
+    if tr.normalized and canonical in {p.name for p in patterns}:
+        report.patterns_fired[canonical] = tr.normalized
     report.times["translate"] = (t1 := time.perf_counter()) - t0
 
     phases.append("search")
@@ -218,6 +234,6 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
     report.times["extract"] = (t3 := time.perf_counter()) - t2
 
     phases.append("lower")
-    out = lower(tr, view, ex.choice)
+    out = lower(tr, view, ex.choice, ir)
     report.times["lower"] = time.perf_counter() - t3
     return out

@@ -12,6 +12,7 @@ class Report:
 
     Attributes:
         strategy: ``"none"``, ``"greedy"`` or ``"eqsat"``.
+        level: the IR level optimized: ``"pre_grad"`` (Torch-IR) or ``"post_grad"`` (Aten-IR).
         patterns_fired: pattern name -> firings (egglog matches of its rules; for canonical patterns,
             nodes the translator normalized).
         nodes_before, nodes_after: FX node counts (placeholders and output included).
@@ -27,6 +28,7 @@ class Report:
     """
 
     strategy: str
+    level: str = "pre_grad"
     patterns_fired: Counter = field(default_factory=Counter)
     nodes_before: int = 0
     nodes_after: int = 0
@@ -53,7 +55,7 @@ class Report:
 
     def summary(self) -> str:
         """A short multi-line text for people."""
-        lines = [f"optimus_eq[{self.strategy}]: FX nodes {self.nodes_before} -> {self.nodes_after}"]
+        lines = [f"optimus_eq[{self.strategy}, {self.level}]: FX nodes {self.nodes_before} -> {self.nodes_after}"]
         kinds = sorted(set(self.ops_before) | set(self.ops_after))
         changed = [k for k in kinds if self.ops_before.get(k, 0) != self.ops_after.get(k, 0)]
         if changed:

@@ -31,6 +31,9 @@ Analyses (run with every pattern, see :data:`ANALYSIS_RULES`):
 
 * ``(shape x)``: the static shape of x as ``(Vec i64)``, seeded from FX meta for every translated node
   and derived for terms the rules create.
+* ``(prefix sh k)``: the product of the first ``k`` sizes of the shape ``sh`` (``0 <= k <= rank``; so
+  ``(prefix sh rank)`` is the element count), for every shape of a term. Rules that move views across
+  a narrow compare the element counts before and after a dim with it.
 * ``(RunEnd L x d s)`` / ``(RunRest L x d s e)``: for a list ``L`` whose head is a narrow of ``x`` along ``d``
   starting at ``s``, the end offset of the longest run of adjacent narrows of ``x`` at the front of ``L``,
   and the list after that run. Computed with pointer jumping (O(log n) iterations, O(n log n) rows),
@@ -61,6 +64,7 @@ SCHEMA = """
   (TL (Nil) (Cons i64 T TL) (ListOf i64))
   (Args (ANil) (ACons T Args) (ArgsOf i64)))
 (function shape (T) IVec :merge old)
+(function prefix (IVec i64) i64 :merge old)
 (function RunEnd (TL T i64 i64) i64 :merge (max old new))
 (constructor RunRest (TL T i64 i64 i64) TL)
 (ruleset analysis)
@@ -142,6 +146,9 @@ ANALYSIS_RULES = """
       :ruleset analysis :name "shape/reshape")
 (rule ((= t (Cat (Cons d x (Nil)))) (= sh (shape x))) ((set (shape t) sh))
       :ruleset analysis :name "shape/cat1")
+(rule ((= sh (shape x))) ((set (prefix sh 0) 1)) :ruleset analysis :name "prefix/seed")
+(rule ((= p (prefix sh k)) (< k (vec-length sh))) ((set (prefix sh (+ k 1)) (* p (vec-get sh k))))
+      :ruleset analysis :name "prefix/step")
 """ + "".join(
     f"(rule ((= t (Permute x p)) (= sh (shape x)) (= (vec-length p) {r})) "
     f"((set (shape t) (vec-of {' '.join(f'(vec-get sh (vec-get p {i}))' for i in range(r))}))) "

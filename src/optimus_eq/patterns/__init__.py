@@ -1,11 +1,12 @@
 """The pattern set, declared once; both strategies read :data:`DEFAULT_REGISTRY`.
 
-Order is the greedy pass order (Optimus' pre-grad order where the passes exist upstream).
+Order is the greedy pass order (Optimus' pre-grad order where the passes exist upstream); the post-grad
+patterns (:mod:`optimus_eq.patterns.aten`) follow, in Optimus' post-grad order.
 """
 
 from __future__ import annotations
 
-from optimus_eq.patterns import pointwise, split_cat, views
+from optimus_eq.patterns import aten, pointwise, split_cat, views
 from optimus_eq.patterns.registry import Pattern, PatternRegistry, Rule
 
 DEFAULT_REGISTRY = PatternRegistry()
@@ -22,6 +23,7 @@ for _p in (
     split_cat.merge_getitem_cat_pass,
     split_cat.split_cat_pass,
     split_cat.mutate_cat_pass,
+    *aten.PATTERNS,
 ):
     DEFAULT_REGISTRY.register(_p)
 

@@ -11,7 +11,7 @@ from optimus_eq.patterns.registry import Pattern, Rule
 
 pointwise_through_slice = Pattern(
     name="pointwise_through_slice",
-    levels=("pre_grad",),
+    levels=("pre_grad", "post_grad"),
     kind="vertical",
     rules=(
         Rule("pointwise_through_slice/unary_narrow", "(Unary f (Narrow x d s l n))", "(Narrow (Unary f x) d s l n)",

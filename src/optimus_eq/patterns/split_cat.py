@@ -37,7 +37,7 @@ normalization_pass = Pattern(
 
 remove_split_with_size_one_pass = Pattern(
     name="remove_split_with_size_one_pass",
-    levels=("pre_grad",),
+    levels=("pre_grad", "post_grad"),
     kind="vertical",
     rules=(
         Rule("remove_split_with_size_one/narrow_full", "(Narrow x d 0 n n)", "x", ("(= sh (shape x))",)),
@@ -53,7 +53,7 @@ remove_split_with_size_one_pass = Pattern(
 
 merge_splits_pass = Pattern(
     name="merge_splits_pass",
-    levels=("pre_grad",),
+    levels=("pre_grad", "post_grad"),
     kind="vertical",
     rules=(
         Rule("merge_splits/narrow_narrow", "(Narrow (Narrow x d s1 l1 n) d s2 l2 m)", "(Narrow x d (+ s1 s2) l2 n)",

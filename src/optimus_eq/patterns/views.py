@@ -7,7 +7,7 @@ from optimus_eq.terms import MAX_RANK
 
 fold_view_chain = Pattern(
     name="fold_view_chain",
-    levels=("pre_grad",),
+    levels=("pre_grad", "post_grad"),
     kind="vertical",
     rules=(
         Rule("fold_view_chain/reshape_reshape", "(Reshape (Reshape x a) b)", "(Reshape x b)", ("(= sh (shape x))",)),

@@ -1,0 +1,120 @@
+"""Aten-IR (post-grad) translation and lowering: the Torch-IR bridge with Aten-IR's vocabulary and ops.
+
+Translation (:class:`AtenTranslator`) reuses :class:`optimus_bridge.translate.Translator` with the
+vocabulary of :mod:`optimus_bridge.aten_vocab` and adds the spellings only Aten-IR has:
+
+* ``aten.slice.Tensor(x, d, start, end, step=1)`` -> ``Narrow`` (start/end clamped as aten does; a
+  step other than 1 stays opaque); a full slice is ``x`` itself;
+* ``aten.select.int(x, d, i)`` -> ``Select``;
+* ``aten.expand`` to the input's own shape, ``aten.alias`` -> ``x`` (other expands stay opaque);
+* ``aten.clone`` whose result has the input's strides -> ``x``: the copy is not observable, since
+  tensors that are mutated (and their readers) stay opaque, and an output that would then alias an input
+  gets its copy back at lowering. A clone that changes the layout (a contiguous copy of a slice, which a
+  later view may need) stays opaque.
+
+Lowering (:data:`ATEN_IR`) emits aten ``OpOverload`` calls: ``Narrow`` -> ``aten.slice.Tensor``,
+``Select`` -> ``aten.select.int``, ``Unsqueeze`` -> ``aten.unsqueeze.default``, ``Reshape`` ->
+``aten.reshape.default`` (what Inductor's post-grad graphs use for views; it copies only where a view is
+impossible), ``Permute`` -> ``aten.permute.default``, ``Cat`` -> ``aten.cat.default`` (a stack is a cat
+of unsqueezes: Inductor decomposes ``aten.stack`` anyway), output copies -> ``aten.clone.default``. Pure
+ops are emitted with the OpOverload they came from. ``val`` meta is filled by FakeTensor propagation in
+the inputs' fake mode, as at Torch-IR.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.fx import GraphModule, Node
+
+from optimus_bridge import aten_vocab
+from optimus_bridge.lower import IRLevel
+from optimus_bridge.translate import Translation, Translator, Unsupported, _norm_dim, is_static_tensor, meta_val
+
+aten = torch.ops.aten
+
+#: vocabulary names whose result may share storage with their first input (output un-aliasing)
+_VIEW_NAMES = frozenset(["split", "chunk", "unbind", "getitem", "slice", "narrow", "select", "unsqueeze",
+                         "squeeze", "reshape", "expand", "alias", "permute", "transpose", "t", "detach"])
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+class AtenTranslator(Translator):
+    """Translator for Aten-IR graphs (module docstring); everything else as :class:`Translator`."""
+
+    vocab = aten_vocab
+
+    def _tensor_op(self, node: Node, name: str, val) -> int:
+        if name not in ("slice", "select", "expand", "alias", "clone"):
+            return super()._tensor_op(node, name, val)
+        a = aten_vocab.bind(node)
+        x = a["self"]
+        xv = self._term(x)
+        x_val = meta_val(x)
+        if not is_static_tensor(x_val):
+            raise Unsupported("input without static shape")
+        if val.dtype != x_val.dtype or val.device != x_val.device:
+            raise Unsupported("changes dtype or device")
+        rank = x_val.dim()
+        if name == "slice":
+            dim = _norm_dim(a["dim"], rank)
+            n = x_val.shape[dim]
+            start, end, step = a["start"], a["end"], a["step"]
+            if step != 1 or not all(v is None or _is_int(v) for v in (start, end)):
+                raise Unsupported("strided or symbolic slice")
+            start = 0 if start is None else start + n if start < 0 else start
+            end = n if end is None else end + n if end < 0 else end
+            start = min(max(start, 0), n)
+            end = min(max(end, start), n)
+            if val.shape[dim] != end - start:
+                raise Unsupported("slice bounds disagree with meta")
+            if (start, end) == (0, n):
+                return xv
+            return self._new("NarrowIn", xv, dim, start, end - start, n)
+        if name == "select":
+            dim = _norm_dim(a["dim"], rank)
+            n, i = x_val.shape[dim], a["index"]
+            if not _is_int(i) or not -n <= i < n:
+                raise Unsupported("select index out of range or symbolic")
+            return self._new("SelectIn", xv, dim, i % n, n)
+        if name == "expand":
+            if tuple(val.shape) != tuple(x_val.shape):
+                raise Unsupported("a broadcasting expand")
+            return xv
+        if name == "alias":
+            return xv
+        # clone: identity when the copy keeps the layout (see the module docstring)
+        if tuple(val.shape) != tuple(x_val.shape) or tuple(val.stride()) != tuple(x_val.stride()):
+            raise Unsupported("a clone that changes the layout")
+        return xv
+
+
+def translate_aten(gm: GraphModule) -> Translation:
+    """Translate an Aten-IR GraphModule whose nodes carry ``val`` FakeTensor meta into e-graph rows."""
+    return AtenTranslator(gm).run()
+
+
+def _clone(g, x, fmt):
+    return g.call_function(aten.clone.default, (x,), {"memory_format": fmt})
+
+
+#: Aten-IR lowering (module docstring).
+ATEN_IR = IRLevel(
+    views={
+        "Narrow": lambda g, x, lit: g.call_function(aten.slice.Tensor, (x, lit[0], lit[1], lit[1] + lit[2])),
+        "Select": lambda g, x, lit: g.call_function(aten.select.int, (x, lit[0], lit[1])),
+        "Unsqueeze": lambda g, x, lit: g.call_function(aten.unsqueeze.default, (x, lit[0])),
+        "Reshape": lambda g, x, lit: g.call_function(aten.reshape.default, (x, list(lit[0]))),
+        "Permute": lambda g, x, lit: g.call_function(aten.permute.default, (x, list(lit[0]))),
+    },
+    view_targets=frozenset([aten.slice.Tensor, aten.select.int, aten.unsqueeze.default, aten.reshape.default,
+                            aten.permute.default]),
+    is_view=lambda n: aten_vocab.op_name(n) in _VIEW_NAMES,
+    is_fresh=lambda n: aten_vocab.op_name(n) in aten_vocab.FRESH_OPS,
+    cat=lambda g, xs, d: g.call_function(aten.cat.default, (xs, d)),
+    stack=None,
+    clone=_clone,
+    contiguous=lambda g, x: _clone(g, x, torch.contiguous_format),
+)
