@@ -8,14 +8,20 @@ from typing import Callable
 
 
 def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict | None = None,
-            **options) -> Callable:
+            mode: str | None = None, **options) -> Callable:
     """A torch.compile backend that optimizes the dynamo graph, then compiles it with Inductor.
 
     Args:
         strategy: ``"eqsat"``, ``"greedy"`` or ``"none"`` (Inductor alone).
         compile: hand the result to Inductor's ``compile_fx`` (False: run the optimized graph eagerly).
         inductor_config: Inductor config patches passed to ``compile_fx`` (e.g. ``{"triton.cudagraphs": True}``).
+        mode: an Inductor mode (``"reduce-overhead"``, ``"max-autotune"``, ...), expanded with
+            ``torch._inductor.list_mode_options``.
         **options: passed to :func:`optimus_eq.optimize` (patterns, limits, extractor, ...).
+
+    ``torch.compile(model, backend=backend(...), mode=..., options=...)`` also works: torch.compile hands
+    ``mode`` and ``options`` to a custom backend as keyword arguments, and they are applied like ``mode``
+    and ``inductor_config`` here (``torch.compile``'s take precedence).
 
     If Inductor fails on the optimized graph, the original graph is compiled instead (one warning).
     """
@@ -23,14 +29,16 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
 
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; valid: {STRATEGIES}")
+    default_mode, optimize_options = mode, options
+    _inductor_patches(mode, inductor_config)  # an unknown mode fails here, not inside Dynamo
 
-    def optimus_eq_backend(gm, example_inputs):
-        optimized, report = optimize(gm, example_inputs, strategy=strategy, **options)
+    def optimus_eq_backend(gm, example_inputs, mode: str | None = None, options: dict | None = None):
+        patches = _inductor_patches(mode or default_mode, {**(inductor_config or {}), **(options or {})})
+        optimized, report = optimize(gm, example_inputs, strategy=strategy, **optimize_options)
         if not compile:
             return optimized.forward
         from torch._inductor.compile_fx import compile_fx
 
-        patches = dict(inductor_config or {})
         try:
             return compile_fx(optimized, example_inputs, config_patches=patches)
         except Exception as exc:
@@ -44,6 +52,22 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
     return optimus_eq_backend
 
 
-def optimus_eq_backend(gm, example_inputs):
-    """The backend registered as ``"optimus_eq"``: eqsat, then Inductor."""
-    return backend()(gm, example_inputs)
+def _inductor_patches(mode: str | None, config: dict | None) -> dict:
+    """Inductor config patches for ``mode`` (as torch.compile expands it) overlaid with ``config``.
+
+    Raises:
+        RuntimeError: an unknown mode (Inductor's message lists the valid ones).
+    """
+    patches: dict = {}
+    if mode and mode != "default":
+        from torch._inductor import list_mode_options
+
+        patches.update(list_mode_options(mode))
+    patches.update({k.replace("-", "_"): v for k, v in (config or {}).items()})
+    return patches
+
+
+def optimus_eq_backend(gm, example_inputs, **kwargs):
+    """The backend registered as ``"optimus_eq"``: eqsat, then Inductor (``mode``/``options`` from
+    torch.compile are passed on)."""
+    return backend()(gm, example_inputs, **kwargs)
