@@ -64,18 +64,22 @@ class TrainStep(nn.Module):
         return self.loss_fn(out, labels), out
 
 
-def tolerances(dtype: torch.dtype) -> tuple[float, float]:
-    """(rtol, atol) for comparing a compiled run with eager in ``dtype``.
+def tolerances(dtype: torch.dtype) -> tuple[float, float, float]:
+    """``(rtol, atol, rel_l2)`` for comparing a compiled run with eager in ``dtype``.
 
-    Looser than torch.testing's defaults (fp32: 1.3e-6, 1e-5): Inductor reorders reductions and fuses
-    ops, and gradients accumulate that through the backward pass; atol is scaled by the reference's
-    magnitude in :func:`compare`.
+    A tensor matches when it is elementwise close (``torch.testing.assert_close`` with ``rtol`` and
+    ``atol * max(1, max|eager|)``) or, failing that, when its relative L2 error
+    ``||x - eager|| / ||eager||`` is at most ``rel_l2``. The elementwise bounds are looser than
+    torch.testing's fp32 defaults (1.3e-6, 1e-5) because Inductor reorders reductions and fuses ops;
+    the L2 bound covers deep networks whose convolutions run in TF32 on CUDA
+    (``torch.backends.cudnn.allow_tf32`` is on by default), where eager and compiled convolutions pick
+    different algorithms and single elements of a gradient can differ by more than 1e-3 relative.
     """
     if dtype in (torch.float16, torch.bfloat16):
-        return 2e-2, 2e-2
+        return 2e-2, 2e-2, 2e-2
     if dtype == torch.float64:
-        return 1e-7, 1e-7
-    return 1e-3, 1e-4
+        return 1e-7, 1e-7, 1e-7
+    return 1e-3, 1e-4, 5e-3
 
 
 def _leaves(x: Any) -> list[torch.Tensor]:
@@ -84,30 +88,39 @@ def _leaves(x: Any) -> list[torch.Tensor]:
     return [t for t in tree_leaves(x) if isinstance(t, torch.Tensor)]
 
 
-def compare(actual: Any, expected: Any, dtype: torch.dtype) -> tuple[bool, float, str | None]:
-    """Whether every tensor leaf of ``actual`` is close to ``expected``: ``(ok, max_abs_diff, message)``.
+def compare(actual: Any, expected: Any, dtype: torch.dtype,
+            names: list[str] | None = None) -> tuple[bool, float, float, str | None]:
+    """Whether every tensor leaf of ``actual`` matches ``expected`` (see :func:`tolerances`).
 
-    Each leaf uses ``torch.testing.assert_close`` with :func:`tolerances` and ``atol`` multiplied by
-    ``max(1, max|expected|)``.
+    Returns ``(ok, max_abs_diff, max_rel_l2, message)``; the message names the first tensor that fails
+    (by ``names[i]`` when given, else "tensor i").
     """
     a, e = _leaves(actual), _leaves(expected)
     if len(a) != len(e):
-        return False, float("nan"), f"{len(a)} tensors, eager has {len(e)}"
-    rtol, atol = tolerances(dtype)
-    worst, msg = 0.0, None
+        return False, float("nan"), float("nan"), f"{len(a)} tensors, eager has {len(e)}"
+    rtol, atol, rel_l2 = tolerances(dtype)
+    worst, worst_rel, msg = 0.0, 0.0, None
     for i, (x, y) in enumerate(zip(a, e)):
+        what = names[i] if names and i < len(names) else f"tensor {i}"
         if x.shape != y.shape or x.dtype != y.dtype:
-            return False, float("nan"), f"tensor {i}: {tuple(x.shape)} {x.dtype} vs eager {tuple(y.shape)} {y.dtype}"
-        if x.numel() == 0:
+            return False, float("nan"), float("nan"), (f"{what}: {tuple(x.shape)} {x.dtype} vs eager "
+                                                       f"{tuple(y.shape)} {y.dtype}")
+        if x.numel() == 0 or not (x.is_floating_point() or x.is_complex()):
+            if not torch.equal(x, y):
+                msg = msg or f"{what}: integer values differ"
             continue
         xd, yd = x.detach().double(), y.detach().double()
-        worst = max(worst, float((xd - yd).abs().max()))
-        scale = max(1.0, float(yd.abs().max()))
+        diff = float((xd - yd).abs().max())
+        rel = float((xd - yd).norm() / yd.norm().clamp_min(1e-30))
+        worst, worst_rel = max(worst, diff), max(worst_rel, rel)
         try:
-            torch.testing.assert_close(x.detach(), y.detach(), rtol=rtol, atol=atol * scale, equal_nan=True)
+            torch.testing.assert_close(x.detach(), y.detach(), rtol=rtol, atol=atol * max(1.0, float(yd.abs().max())),
+                                       equal_nan=True)
         except AssertionError as exc:
-            msg = msg or f"tensor {i}: " + str(exc).splitlines()[0]
-    return msg is None, worst, msg
+            if not rel <= rel_l2:
+                lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+                msg = msg or f"{what} {tuple(x.shape)}: relative L2 error {rel:.1e}; " + "; ".join(lines[:4])
+    return msg is None, worst, worst_rel, msg
 
 
 def _clone_out(x: Any) -> Any:
@@ -300,14 +313,19 @@ def run_cell(case: BenchCase, mode: str, strategy: Strategy, device: str, ref: d
                 res["other_compile_s"] = max(0.0, res["compile_s"] - res.get("optimizer_s", 0.0)
                                              - (res.get("inductor_s") or 0.0))
 
-            ok, diff, msg = compare(out, ref["out"], case.dtype)
-            res["outputs_match"], res["max_abs_diff"] = ok, diff
+            ok, diff, rel, msg = compare(out, ref["out"], case.dtype,
+                                         ["loss", "output"] if mode == "train" else None)
+            res["outputs_match"], res["max_abs_diff"], res["max_rel_l2"] = ok, diff, rel
             if mode == "train":
                 names = sorted(ref["grads"])
-                gok, gdiff, gmsg = compare([grads.get(n) for n in names] if set(grads) == set(names) else
-                                           list(grads.values()), [ref["grads"][n] for n in names], case.dtype)
-                res["grads_match"], res["max_grad_diff"] = gok, gdiff
-                msg = msg or (f"grad {gmsg}" if gmsg else None)
+                if set(grads) != set(names):
+                    gok, gdiff, grel = False, float("nan"), float("nan")
+                    gmsg = f"gradients of {sorted(set(grads) ^ set(names))[:5]} present in one run only"
+                else:
+                    gok, gdiff, grel, gmsg = compare([grads[n] for n in names], [ref["grads"][n] for n in names],
+                                                     case.dtype, [f"grad of {n}" for n in names])
+                res["grads_match"], res["max_grad_diff"], res["max_grad_rel_l2"] = gok, gdiff, grel
+                msg = msg or gmsg
             res["mismatch"] = msg
 
             log(f"timing {warmup} warmup + {iters} iterations ...")

@@ -14,6 +14,12 @@ from pathlib import Path
 from typing import Any
 
 PLOTS = ("kernels.png", "throughput.png", "compile_time.png")
+_CACHE_TEXT = {
+    "cold": "cold (an empty cache per cell: compile times are cold and comparable)",
+    "row": "row (one empty cache per model and mode, shared by its strategies: a strategy reuses the kernels an "
+           "earlier one compiled, so compile times after the first compiling strategy of a row are too low)",
+    "warm": "warm (the user's cache: compile times are not cold)",
+}
 _MARK = {"mismatch": " !", "error": "error", "skipped": "skip", "not_run": "-"}
 
 
@@ -99,7 +105,7 @@ def markdown(results: dict[str, Any]) -> str:
                f"torch {env.get('torch')}, Triton {env.get('triton') or 'n/a'}, egglog {env.get('egglog') or 'n/a'}, "
                f"Python {env.get('python')}; optimus-eq commit {env.get('optimus_eq_commit') or 'n/a'}")
     out.append(f"- sizes: `{cfg['size']}` presets, dtype {cfg['dtype']}, {cfg['iters']} timed iterations after "
-               f"{cfg['warmup']} warm-up; {'cold Inductor cache per cell' if cfg['fresh_cache'] else 'shared Inductor cache'}"
+               f"{cfg['warmup']} warm-up; Inductor cache: {_CACHE_TEXT.get(cfg.get('cache'), cfg.get('cache'))}"
                + (f"; overrides {cfg['overrides']}" if cfg.get("overrides") else ""))
     if env.get("elapsed_s") is not None:
         out.append(f"- whole run: {env['elapsed_s']:.0f} s")

@@ -8,7 +8,9 @@ with its error and the run goes on; a model whose optional dependency is missing
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import json
 import os
 import platform
 import subprocess
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
+import torch._inductor.utils as inductor_utils
 
 from optimus_bench import measure, output
 from optimus_bench.models import MODELS, ModelUnavailable, build
@@ -26,6 +29,7 @@ DEFAULT_MODELS = tuple(MODELS)
 DEFAULT_STRATEGIES = ("eager", "inductor", "inductor-cudagraphs", "inductor-optimus", "greedy", "eqsat",
                       "eqsat-cudagraphs")
 CPU_DEFAULT_STRATEGIES = ("eager", "inductor", "inductor-optimus", "none", "greedy", "eqsat")
+CACHE_MODES = ("cold", "row", "warm")
 
 
 def environment(device: str) -> dict[str, Any]:
@@ -104,9 +108,9 @@ def _progress(total: int, enabled: bool):
 
 def run_matrix(models: list[str], strategies: list[str], modes: list[str], device: str, out_dir: str | Path, *,
                size: str | None = None, dtype: torch.dtype = torch.float32, iters: int = 20, warmup: int = 3,
-               fresh_cache: bool = True, overrides: dict[str, dict] | None = None, seed: int = 0,
+               cache: str = "cold", overrides: dict[str, dict] | None = None, seed: int = 0,
                time_budget_s: float | None = None, plots: bool = True, progress: bool = True,
-               argv: list[str] | None = None) -> dict[str, Any]:
+               warm_up: bool = True, argv: list[str] | None = None) -> dict[str, Any]:
     """Run the matrix and write ``results.json``, ``results.md`` and the plots under ``out_dir``.
 
     Args:
@@ -114,7 +118,13 @@ def run_matrix(models: list[str], strategies: list[str], modes: list[str], devic
             ``measure.MODES``); validated before anything runs.
         device: ``"cpu"`` or ``"cuda"``.
         size: model size preset (default: ``"gpu"`` on cuda, ``"cpu"`` on cpu).
+        cache: Inductor's on-disk cache: ``"cold"`` (an empty cache per cell: compile times are cold and
+            comparable), ``"row"`` (one empty cache per model and mode, shared by its strategies: kernels
+            an earlier strategy compiled are reused, so later strategies' compile times are too low; much
+            faster) or ``"warm"`` (the user's cache as it is).
         time_budget_s: start no new cell after this many seconds (the rest is recorded as not run).
+        warm_up: compile a tiny function first, so that no cell pays Dynamo's and Inductor's one-time
+            start-up costs (10-20 s on two CPU cores).
 
     Returns the results dict (``environment``, ``config``, ``cells``; see ``bench/README.md``).
 
@@ -125,6 +135,8 @@ def run_matrix(models: list[str], strategies: list[str], modes: list[str], devic
     for m in models:
         if m not in MODELS:
             raise ValueError(f"unknown model {m!r}; valid: {', '.join(MODELS)}")
+    if cache not in CACHE_MODES:
+        raise ValueError(f"unknown cache mode {cache!r}; valid: {', '.join(CACHE_MODES)}")
     for m in modes:
         if m not in measure.MODES:
             raise ValueError(f"unknown mode {m!r}; valid: {', '.join(measure.MODES)}")
@@ -140,7 +152,7 @@ def run_matrix(models: list[str], strategies: list[str], modes: list[str], devic
         "environment": environment(device),
         "config": {"models": list(models), "strategies": [s.name for s in chosen], "modes": list(modes),
                    "device": device, "size": size, "dtype": str(dtype).removeprefix("torch."), "iters": iters,
-                   "warmup": warmup, "fresh_cache": fresh_cache, "overrides": overrides or {}, "seed": seed,
+                   "warmup": warmup, "cache": cache, "overrides": overrides or {}, "seed": seed,
                    "argv": argv},
         "strategies": {s.name: {"kind": s.kind, "description": s.description, "mode": s.mode,
                                 "inductor_options": s.inductor_options} for s in chosen},
@@ -153,7 +165,7 @@ def run_matrix(models: list[str], strategies: list[str], modes: list[str], devic
 
     from optimus_eq.demo import warm_up_compiler
 
-    if any(s.compiles for s in chosen):
+    if warm_up and any(s.compiles for s in chosen):
         say("warming up Dynamo and Inductor (one tiny compile, kept out of every cell's compile time) ...")
         results["environment"]["warmup_s"] = warm_up_compiler(device)
 
@@ -162,6 +174,28 @@ def run_matrix(models: list[str], strategies: list[str], modes: list[str], devic
         results["environment"]["elapsed_s"] = time.perf_counter() - started
         output.write_json(results, out_dir / "results.json")
 
+    def run_row(model_name: str, case, build_error, mode: str) -> None:
+        ref = ref_error = None
+        if case is not None:
+            try:
+                ref = measure.reference(case, mode)
+            except Exception as exc:
+                ref_error = f"eager reference failed: {type(exc).__name__}: {exc}"
+        for strat in chosen:
+            key = {"model": model_name, "mode": mode, "strategy": strat.name}
+            bar.set_description_str(f"{model_name}/{mode}/{strat.name}")
+            if build_error or ref_error:
+                status, error = build_error or ("error", ref_error)
+                record({**key, "status": status, "error": error})
+            elif time_budget_s is not None and time.perf_counter() - started > time_budget_s:
+                record({**key, "status": "not_run", "error": f"time budget of {time_budget_s:.0f} s spent"})
+            else:
+                cell = measure.run_cell(case, mode, strat, device, ref, iters=iters, warmup=warmup,
+                                        fresh_cache=(cache == "cold"))
+                record({**key, **cell})
+                say(output.one_line(results["cells"][-1]))
+            bar.update(1)
+
     for model_name in models:
         case = build_error = None
         try:
@@ -169,34 +203,60 @@ def run_matrix(models: list[str], strategies: list[str], modes: list[str], devic
                          overrides=(overrides or {}).get(model_name))
             results["models"][model_name] = {"config": case.config, "batch_size": case.batch_size,
                                              "parameters": sum(p.numel() for p in case.model.parameters()),
-                                             "doc": (MODELS[model_name].blurb)}
+                                             "doc": MODELS[model_name].blurb}
         except ModelUnavailable as exc:
             build_error = ("skipped", str(exc))
         except Exception as exc:
             build_error = ("error", f"building the model failed: {type(exc).__name__}: {exc}")
         for mode in modes:
-            ref = ref_error = None
-            if case is not None:
-                try:
-                    ref = measure.reference(case, mode)
-                except Exception as exc:
-                    ref_error = f"eager reference failed: {type(exc).__name__}: {exc}"
-            for strat in chosen:
-                key = {"model": model_name, "mode": mode, "strategy": strat.name}
-                bar.set_description_str(f"{model_name}/{mode}/{strat.name}")
-                if build_error or ref_error:
-                    status, error = build_error or ("error", ref_error)
-                    record({**key, "status": status, "error": error})
-                elif time_budget_s is not None and time.perf_counter() - started > time_budget_s:
-                    record({**key, "status": "not_run", "error": f"time budget of {time_budget_s:.0f} s spent"})
-                else:
-                    cell = measure.run_cell(case, mode, strat, device, ref, iters=iters, warmup=warmup,
-                                            fresh_cache=fresh_cache,
-                                            log=lambda m, k=key: None)
-                    record({**key, **cell})
-                    say(output.one_line(results["cells"][-1]))
-                bar.update(1)
+            row_cache = inductor_utils.fresh_cache() if cache == "row" else contextlib.nullcontext()
+            with row_cache:
+                run_row(model_name, case, build_error, mode)
         del case
+        if device == "cuda":
+            torch.cuda.empty_cache()
     bar.close()
     output.write_all(results, out_dir, plots=plots)
     return results
+
+
+def merge(paths: list[str | Path], out_dir: str | Path, plots: bool = True) -> dict[str, Any]:
+    """Combine the ``results.json`` of several runs (e.g. one per device call) into one report.
+
+    Cells are keyed by (model, mode, strategy); a later file's cell replaces an earlier one unless it
+    was not run. The environment and config of the first file are kept, with the model, mode and
+    strategy lists extended and every source recorded under ``environment["merged_from"]``.
+
+    Raises:
+        FileNotFoundError: a path that holds no results.json.
+    """
+    merged: dict[str, Any] | None = None
+    cells: dict[tuple, dict] = {}
+    sources = []
+    for p in paths:
+        p = Path(p)
+        f = p / "results.json" if p.is_dir() else p
+        data = json.loads(f.read_text())
+        sources.append({"path": str(f), "date": data["environment"].get("date"),
+                        "device_name": data["environment"].get("device_name")})
+        if merged is None:
+            merged = data
+        else:
+            for key in ("models", "strategies", "modes"):
+                merged["config"][key] += [x for x in data["config"][key] if x not in merged["config"][key]]
+            merged["models"].update(data.get("models", {}))
+            merged["strategies"].update(data.get("strategies", {}))
+            merged["environment"]["elapsed_s"] = (merged["environment"].get("elapsed_s") or 0) + (
+                data["environment"].get("elapsed_s") or 0)
+        for c in data["cells"]:
+            k = (c["model"], c["mode"], c["strategy"])
+            if c["status"] != "not_run" or k not in cells:
+                cells[k] = c
+    if merged is None:
+        raise FileNotFoundError("no results to merge")
+    merged["cells"] = list(cells.values())
+    merged["environment"]["merged_from"] = sources
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    output.write_all(merged, out_dir, plots=plots)
+    return merged

@@ -159,6 +159,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print("strategies: " + ", ".join(available()))
         print("modes:      inference, train")
         return 0
+    if args.merge:
+        try:
+            merged = runner.merge(args.merge, args.out, plots=not args.no_plots)
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"optimus-eq bench --merge: {exc}", file=sys.stderr)
+            return 2
+        print(f"merged {len(args.merge)} runs, {len(merged['cells'])} cells, into {args.out}")
+        return 0
     device = args.device
     models = [m for group in args.models for m in _names(group)] if args.models else list(runner.DEFAULT_MODELS)
     if args.strategies:
@@ -171,7 +179,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         overrides = runner.parse_overrides(args.set)
         results = runner.run_matrix(
             models, strategies, modes, device, args.out, size=args.size, dtype=dtype, iters=args.iters,
-            warmup=args.warmup, fresh_cache=not args.warm_cache, overrides=overrides,
+            warmup=args.warmup, cache=args.cache or ("row" if device == "cuda" else "cold"), overrides=overrides,
             time_budget_s=args.time_budget, plots=not args.no_plots, progress=not args.no_progress,
             argv=sys.argv[1:])
     except (ValueError, RuntimeError) as exc:
@@ -238,8 +246,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
     bench.add_argument("--iters", type=int, default=20, help="timed iterations per cell (default 20)")
     bench.add_argument("--warmup", type=int, default=3, help="untimed iterations before timing (default 3)")
-    bench.add_argument("--warm-cache", action="store_true",
-                       help="share Inductor's cache across cells (faster; compile times are then not cold)")
+    bench.add_argument("--cache", choices=("cold", "row", "warm"), default=None,
+                       help="Inductor cache: cold = empty per cell (comparable compile times), row = empty per "
+                       "model and mode, shared by its strategies (about 2x faster; later strategies reuse "
+                       "kernels), warm = the user's cache (default: row on cuda, cold on cpu)")
+    bench.add_argument("--merge", nargs="+", metavar="DIR",
+                       help="only combine the results.json of earlier runs (e.g. one per device call) into "
+                       "--out, with the table and plots; runs nothing")
     bench.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                        help="start no new cell after this many seconds; the rest is recorded as not run")
     bench.add_argument("--no-plots", action="store_true", help="skip the matplotlib plots")

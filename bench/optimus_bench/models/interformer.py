@@ -12,7 +12,7 @@ per block: the split/cat junk this project targets. No official code is public; 
 The interaction module here is an inner-product interaction (Z Z^T, flattened, projected back), the
 DLRM-style choice the paper lists among its options.
 
-Sizes: ``gpu`` uses 32 non-sequence fields and a 64-token sequence of dim 64, 3 blocks, batch 1024;
+Sizes: ``gpu`` uses 32 non-sequence fields and a 64-token sequence of dim 64, 2 blocks, batch 1024;
 the paper's public-dataset setups (Amazon, Taobao, KuaiVideo) have tens of fields and sequences of
 tens to a hundred items.
 
@@ -32,7 +32,7 @@ from optimus_bench.models.base import BenchCase, bce_loss, randn, resolve_size, 
 SIZES: dict[str, dict[str, Any]] = {
     "cpu": {"batch": 8, "fields": 8, "seq_len": 16, "dim": 16, "blocks": 2, "heads": 2, "n_cls": 2, "n_pma": 2,
             "n_recent": 2},
-    "gpu": {"batch": 1024, "fields": 32, "seq_len": 64, "dim": 64, "blocks": 3, "heads": 4, "n_cls": 4,
+    "gpu": {"batch": 1024, "fields": 32, "seq_len": 64, "dim": 64, "blocks": 2, "heads": 4, "n_cls": 4,
             "n_pma": 4, "n_recent": 4},
 }
 

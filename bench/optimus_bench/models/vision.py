@@ -11,7 +11,7 @@ Both with random weights (``weights=None``), no download; timm's ``inception_v3`
 ``resnext50_32x4d`` are used when torchvision is missing.
 
 Sizes: ``gpu`` is the models' ImageNet input (299x299 for Inception-v3, 224x224 for ResNeXt-50, 1000
-classes) at batch 64; ``cpu`` is a 75x75 (Inception's minimum) / 64x64 input, 10 classes, batch 2.
+classes) at batch 32; ``cpu`` is a 75x75 (Inception's minimum) / 64x64 input, 10 classes, batch 2.
 
 torchvision and timm are imported lazily: on a machine where they are missing or do not import next to
 the installed torch (this repository's 2-core CPU machines, torch 2.13), :func:`build_inception_v3` and
@@ -31,11 +31,11 @@ from optimus_bench.models.base import BenchCase, ModelUnavailable, ce_loss, rand
 
 INCEPTION_SIZES: dict[str, dict[str, Any]] = {
     "cpu": {"batch": 2, "image": 75, "classes": 10},
-    "gpu": {"batch": 64, "image": 299, "classes": 1000},
+    "gpu": {"batch": 32, "image": 299, "classes": 1000},
 }
 RESNEXT_SIZES: dict[str, dict[str, Any]] = {
     "cpu": {"batch": 2, "image": 64, "classes": 10},
-    "gpu": {"batch": 64, "image": 224, "classes": 1000},
+    "gpu": {"batch": 32, "image": 224, "classes": 1000},
 }
 
 
