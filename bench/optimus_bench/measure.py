@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gc
 import statistics
 import time
 import traceback
@@ -184,6 +185,14 @@ def _metric_totals(name: str) -> float | None:
     return float(sum(compilation_time_metrics.get(name, []) or [0.0]))
 
 
+def _cudagraph_skips() -> int:
+    """Graphs Inductor has compiled without CUDA graphs so far (``counters["inductor"]["cudagraph_skips"]``;
+    run with ``TORCH_LOGS=cudagraphs`` for the reasons)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["inductor"].get("cudagraph_skips", 0))
+
+
 def count_kernels(step: Callable[[], Any], device: str) -> dict[str, int]:
     """Kernels one call of ``step`` runs, counted with torch.profiler (see ``KERNEL_NOTES``).
 
@@ -278,7 +287,8 @@ def run_cell(case: BenchCase, mode: str, strategy: Strategy, device: str, ref: d
     codegen, kernel compilation of forward and backward graphs), ``other_compile_s`` (the rest),
     ``ms`` (median ms per iteration), ``ms_min``, ``examples_per_s``, ``peak_mem_mib`` (CUDA only:
     peak allocated during the timed iterations), ``kernels`` (and ``launches`` on CUDA), ``outputs_match``,
-    ``grads_match`` (train), ``max_abs_diff``, ``mismatch`` (text), and the optimizer's report fields
+    ``grads_match`` (train), ``max_abs_diff``, ``max_rel_l2``, ``mismatch`` (text), ``cudagraph_skips``
+    (CUDA-graph strategies: graphs that Inductor compiled without CUDA graphs), and the optimizer's report fields
     (``egraph_nodes``, ``egraph_classes``, ``iterations``, ``stop_reasons``, ``patterns_fired``,
     ``fx_nodes_before``/``fx_nodes_after``, ``graphs``, ``fallback``).
     """
@@ -298,6 +308,7 @@ def run_cell(case: BenchCase, mode: str, strategy: Strategy, device: str, ref: d
             fn = strategy.compile(module)
             step = _step_fn(module, fn, case, mode, strategy.cudagraphs and device == "cuda")
             inductor_before = _metric_totals("compile_fx_inner")
+            skips_before = _cudagraph_skips()
             log(f"first call ({'compile' if strategy.compiles else 'eager'}) ...")
             t0 = time.perf_counter()
             out = step()
@@ -309,6 +320,8 @@ def run_cell(case: BenchCase, mode: str, strategy: Strategy, device: str, ref: d
             if strategy.compiles and inductor_before is not None:
                 res["inductor_s"] = inductor_after - inductor_before
             res.update(_reports_summary(list(optimus_eq.last_reports)))
+            if strategy.cudagraphs:
+                res["cudagraph_skips"] = _cudagraph_skips() - skips_before
             if strategy.compiles:
                 res["other_compile_s"] = max(0.0, res["compile_s"] - res.get("optimizer_s", 0.0)
                                              - (res.get("inductor_s") or 0.0))
@@ -333,6 +346,10 @@ def run_cell(case: BenchCase, mode: str, strategy: Strategy, device: str, ref: d
                 step()
             _sync(device)
             if device == "cuda":
+                # compiled graphs hold reference cycles (GraphModule <-> Graph <-> Node): without a collection
+                # an earlier cell's model copy can still be allocated and inflate this cell's peak
+                gc.collect()
+                torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
             samples = []
             for _ in range(iters):
@@ -355,6 +372,7 @@ def run_cell(case: BenchCase, mode: str, strategy: Strategy, device: str, ref: d
     finally:
         torch._dynamo.reset()
         del module
+        gc.collect()
         if device == "cuda":
             torch.cuda.empty_cache()
     return res

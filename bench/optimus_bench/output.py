@@ -144,7 +144,8 @@ def markdown(results: dict[str, Any]) -> str:
     for c in results["cells"]:
         fx = (f"{c['fx_nodes_before']}->{c['fx_nodes_after']}" if c.get("fx_nodes_before") is not None else "")
         out.append("| " + " | ".join([
-            c["model"], c["mode"], c["strategy"], c["status"] + (" (fell back)" if c.get("fallback") else ""),
+            c["model"], c["mode"], c["strategy"], c["status"] + (" (fell back)" if c.get("fallback") else "")
+            + (f" ({c['cudagraph_skips']} graphs without CUDA graphs)" if c.get("cudagraph_skips") else ""),
             _f(c.get("ms"), ".3f"), _f(c.get("examples_per_s"), ".0f"), str(c.get("kernels", "")),
             _f(c.get("peak_mem_mib"), ".0f") if c.get("peak_mem_mib") is not None else "",
             _f(c.get("compile_s"), ".1f") if c.get("compile_s") is not None else "",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import gc
 import json
 import os
 import platform
@@ -213,6 +214,7 @@ def run_matrix(models: list[str], strategies: list[str], modes: list[str], devic
             with row_cache:
                 run_row(model_name, case, build_error, mode)
         del case
+        gc.collect()
         if device == "cuda":
             torch.cuda.empty_cache()
     bar.close()
