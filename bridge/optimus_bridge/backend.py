@@ -9,7 +9,7 @@ from typing import Callable
 
 def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict | None = None,
             pre_grad: bool = True, post_grad: bool = False, post_grad_hook: str = "pre",
-            post_grad_options: dict | None = None, **options) -> Callable:
+            post_grad_options: dict | None = None, mode: str | None = None, **options) -> Callable:
     """A torch.compile backend that optimizes the dynamo graph, then compiles it with Inductor.
 
     Args:
@@ -24,7 +24,13 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
         post_grad_hook: ``"pre"`` (``post_grad_custom_pre_pass``: before Inductor's own post-grad
             passes) or ``"post"`` (``post_grad_custom_post_pass``: after them).
         post_grad_options: options of the post-grad pass (default: ``options`` without ``patterns``).
+        mode: an Inductor mode (``"reduce-overhead"``, ``"max-autotune"``, ...), expanded with
+            ``torch._inductor.list_mode_options``.
         **options: passed to :func:`optimus_eq.optimize` (patterns, limits, extractor, ...).
+
+    ``torch.compile(model, backend=backend(...), mode=..., options=...)`` also works: torch.compile hands
+    ``mode`` and ``options`` to a custom backend as keyword arguments, and they are applied like ``mode``
+    and ``inductor_config`` here (``torch.compile``'s take precedence).
 
     If Inductor fails on the optimized graph, the original graph is compiled instead (one warning).
 
@@ -44,17 +50,21 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
         pg_options = post_grad_options if post_grad_options is not None else \
             {k: v for k, v in options.items() if k != "patterns"}
         install(base_patches, PostGradPass(strategy, **pg_options), post_grad_hook)
+    default_mode, optimize_options = mode, options
+    _inductor_patches(mode, base_patches)  # an unknown mode fails here, not inside Dynamo
 
-    def optimus_eq_backend(gm, example_inputs):
+    def optimus_eq_backend(gm, example_inputs, mode: str | None = None, options: dict | None = None):
+        patches = _inductor_patches(mode or default_mode, {**base_patches, **(options or {})})
         if pre_grad:
-            optimized, report = optimize(gm, example_inputs, strategy=strategy, **options)
+            optimized, report = optimize(gm, example_inputs, strategy=strategy, **optimize_options)
         else:
             optimized, report = gm, None
+        if optimized is not gm:
+            _carry_dynamo_metadata(gm, optimized)
         if not compile:
             return optimized.forward
         from torch._inductor.compile_fx import compile_fx
 
-        patches = dict(base_patches)
         try:
             return compile_fx(optimized, example_inputs, config_patches=patches)
         except Exception as exc:
@@ -68,6 +78,48 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
     return optimus_eq_backend
 
 
-def optimus_eq_backend(gm, example_inputs):
-    """The backend registered as ``"optimus_eq"``: eqsat, then Inductor."""
-    return backend()(gm, example_inputs)
+def _carry_dynamo_metadata(src, dst) -> None:
+    """Copy what Dynamo attaches to its graph onto the optimized one (same placeholders, same order).
+
+    AOTAutograd recognizes a Dynamo graph by ``meta["dynamo_compile_id"]``, ``_param_name_to_source`` and
+    each placeholder's ``_dynamo_source`` (torch/_functorch/_aot_autograd/frontend_utils.py,
+    ``_try_get_metadata_from_dynamo``); from them it marks parameters as static inputs. Without them,
+    CUDA graph trees copy every parameter into the graph's static buffers on every replay (measured on
+    the H200: 74 extra copy kernels per BERT inference step with mode="reduce-overhead").
+    """
+    for key, value in src.meta.items():
+        dst.meta.setdefault(key, value)
+    for attr in ("_param_name_to_source", "_source_to_user_stacks"):
+        if hasattr(src, attr) and not hasattr(dst, attr):
+            setattr(dst, attr, getattr(src, attr))
+    src_ph = [n for n in src.graph.nodes if n.op == "placeholder"]
+    dst_ph = [n for n in dst.graph.nodes if n.op == "placeholder"]
+    if len(src_ph) != len(dst_ph):
+        return
+    for s, d in zip(src_ph, dst_ph):
+        if hasattr(s, "_dynamo_source") and not hasattr(d, "_dynamo_source"):
+            d._dynamo_source = s._dynamo_source
+        for key in ("tensor_dict", "grapharg"):
+            if key in s.meta:
+                d.meta.setdefault(key, s.meta[key])
+
+
+def _inductor_patches(mode: str | None, config: dict | None) -> dict:
+    """Inductor config patches for ``mode`` (as torch.compile expands it) overlaid with ``config``.
+
+    Raises:
+        RuntimeError: an unknown mode (Inductor's message lists the valid ones).
+    """
+    patches: dict = {}
+    if mode and mode != "default":
+        from torch._inductor import list_mode_options
+
+        patches.update(list_mode_options(mode))
+    patches.update({k.replace("-", "_"): v for k, v in (config or {}).items()})
+    return patches
+
+
+def optimus_eq_backend(gm, example_inputs, **kwargs):
+    """The backend registered as ``"optimus_eq"``: eqsat, then Inductor (``mode``/``options`` from
+    torch.compile are passed on)."""
+    return backend()(gm, example_inputs, **kwargs)

@@ -1,4 +1,4 @@
-"""The command-line tool: `optimus-eq demo` (optimize, explain and bench are planned)."""
+"""The command-line tool: `optimus-eq demo` and `optimus-eq bench` (optimize and explain are planned)."""
 
 from __future__ import annotations
 
@@ -138,12 +138,66 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def _names(value: str) -> list[str]:
+    """``"a,b c"`` -> ``["a", "b", "c"]`` (comma- or space-separated lists on the command line)."""
+    return [v for part in value.split(",") for v in part.split() if v]
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    try:
+        import torch
+
+        from optimus_bench import runner
+        from optimus_bench.models import MODELS
+        from optimus_bench.strategies import available
+    except ImportError as exc:
+        print(f"optimus-eq bench: the benchmark package does not import ({exc}); install the project with its "
+              "bench/ folder (pip install -e '.[bench]') or put bench/ on PYTHONPATH", file=sys.stderr)
+        return 2
+    if args.list:
+        print("models:     " + ", ".join(MODELS))
+        print("strategies: " + ", ".join(available()))
+        print("modes:      inference, train")
+        return 0
+    if args.merge:
+        try:
+            merged = runner.merge(args.merge, args.out, plots=not args.no_plots)
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"optimus-eq bench --merge: {exc}", file=sys.stderr)
+            return 2
+        print(f"merged {len(args.merge)} runs, {len(merged['cells'])} cells, into {args.out}")
+        return 0
+    device = args.device
+    models = [m for group in args.models for m in _names(group)] if args.models else list(runner.DEFAULT_MODELS)
+    if args.strategies:
+        strategies = [s for group in args.strategies for s in _names(group)]
+    else:
+        strategies = list(runner.DEFAULT_STRATEGIES if device == "cuda" else runner.CPU_DEFAULT_STRATEGIES)
+    modes = [m for group in args.modes for m in _names(group)] if args.modes else ["inference", "train"]
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
+    try:
+        overrides = runner.parse_overrides(args.set)
+        results = runner.run_matrix(
+            models, strategies, modes, device, args.out, size=args.size, dtype=dtype, iters=args.iters,
+            warmup=args.warmup, cache=args.cache or ("row" if device == "cuda" else "cold"), overrides=overrides,
+            time_budget_s=args.time_budget, plots=not args.no_plots, progress=not args.no_progress,
+            argv=sys.argv[1:])
+    except (ValueError, RuntimeError) as exc:
+        print(f"optimus-eq bench: {exc}", file=sys.stderr)
+        return 2
+    cells = results["cells"]
+    count = {k: sum(1 for c in cells if c["status"] == k) for k in ("ok", "mismatch", "error", "skipped", "not_run")}
+    print(f"\nwrote {args.out}/results.json, results.md" + (", plots" if not args.no_plots else "") + ": "
+          + ", ".join(f"{v} {k}" for k, v in count.items() if v))
+    return 1 if count["mismatch"] or count["error"] else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="optimus-eq",
         description="Remove split/cat/stack/unbind junk from PyTorch FX graphs (equality saturation "
         "or greedy), then compile with Inductor.",
-        epilog="Planned subcommands, not yet written: optimize, explain, bench.",
+        epilog="Planned subcommands, not yet written: optimize, explain.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -167,6 +221,44 @@ def build_parser() -> argparse.ArgumentParser:
                       help="reuse Inductor's on-disk cache (faster; compile times are then not cold)")
     demo.add_argument("-v", "--verbose", action="store_true", help="print each optimizer report in full")
     demo.set_defaults(func=cmd_demo)
+
+    bench = sub.add_parser(
+        "bench",
+        help="benchmark models x strategies x modes; write JSON, a markdown table and plots",
+        description="Run every (model, mode, strategy) cell: compile, check outputs (and gradients) against "
+        "eager, and measure kernels per iteration, ms per iteration, examples/s, peak GPU memory, compile time "
+        "(optimus_eq's and Inductor's shares) and e-graph size. A failing cell is recorded and the run goes on. "
+        "Lists are comma- or space-separated; 'optimus-eq bench --list' prints the names.",
+        epilog="GPU default (--device cuda): every model at its 'gpu' size, strategies eager, inductor, "
+        "inductor-cudagraphs, inductor-optimus, greedy, eqsat, eqsat-cudagraphs, both modes; sized to finish in "
+        "about 8 minutes on one H200 (see bench/README.md).",
+    )
+    bench.add_argument("--models", nargs="+", metavar="MODEL", help="models (default: all)")
+    bench.add_argument("--strategies", nargs="+", metavar="STRATEGY",
+                       help="strategies (default: see below; 'all' = every available one)")
+    bench.add_argument("--modes", nargs="+", metavar="MODE", help="inference and/or train (default: both)")
+    bench.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    bench.add_argument("--out", default="bench/out", help="output folder (default bench/out)")
+    bench.add_argument("--size", choices=("cpu", "gpu"), default=None,
+                       help="model size presets (default: gpu on cuda, cpu on cpu)")
+    bench.add_argument("--set", action="append", metavar="MODEL.KEY=VALUE",
+                       help="override one size key, e.g. --set launch_bound.branches=256 (repeatable)")
+    bench.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
+    bench.add_argument("--iters", type=int, default=20, help="timed iterations per cell (default 20)")
+    bench.add_argument("--warmup", type=int, default=3, help="untimed iterations before timing (default 3)")
+    bench.add_argument("--cache", choices=("cold", "row", "warm"), default=None,
+                       help="Inductor cache: cold = empty per cell (comparable compile times), row = empty per "
+                       "model and mode, shared by its strategies (about 2x faster; later strategies reuse "
+                       "kernels), warm = the user's cache (default: row on cuda, cold on cpu)")
+    bench.add_argument("--merge", nargs="+", metavar="DIR",
+                       help="only combine the results.json of earlier runs (e.g. one per device call) into "
+                       "--out, with the table and plots; runs nothing")
+    bench.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                       help="start no new cell after this many seconds; the rest is recorded as not run")
+    bench.add_argument("--no-plots", action="store_true", help="skip the matplotlib plots")
+    bench.add_argument("--no-progress", action="store_true", help="plain progress lines instead of a tqdm bar")
+    bench.add_argument("--list", action="store_true", help="print the model, strategy and mode names and exit")
+    bench.set_defaults(func=cmd_bench)
     return parser
 
 

@@ -1,0 +1,251 @@
+"""The benchmark's outputs: ``results.json``, ``results.md`` (tables) and PNG plots.
+
+Every function here reads the results dict that :func:`optimus_bench.runner.run_matrix` builds:
+``{"environment": {...}, "config": {...}, "strategies": {...}, "kernel_note": str, "models": {...},
+"cells": [{"model", "mode", "strategy", "status", ...metrics}]}``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+PLOTS = ("kernels.png", "throughput.png", "compile_time.png")
+_CACHE_TEXT = {
+    "cold": "cold (an empty cache per cell: compile times are cold and comparable)",
+    "row": "row (one empty cache per model and mode, shared by its strategies: a strategy reuses the kernels an "
+           "earlier one compiled, so compile times after the first compiling strategy of a row are too low)",
+    "warm": "warm (the user's cache: compile times are not cold)",
+}
+_MARK = {"mismatch": " !", "error": "error", "skipped": "skip", "not_run": "-"}
+
+
+def write_json(results: dict[str, Any], path: Path) -> None:
+    """Write ``results`` as indented JSON atomically (a reader never sees a half-written file)."""
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(results, indent=1, default=str, allow_nan=True))
+    os.replace(tmp, path)
+
+
+def _f(v: Any, spec: str) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "n/a"
+    return format(v, spec)
+
+
+def one_line(c: dict[str, Any]) -> str:
+    """A progress line for one finished cell."""
+    head = f"{c['model']}/{c['mode']}/{c['strategy']}: {c['status']}"
+    if c["status"] in ("error", "skipped", "not_run"):
+        return f"{head}: {c.get('error')}"
+    parts = [f"{_f(c.get('ms'), '.3f')} ms", f"{c.get('kernels', 'n/a')} kernels"]
+    if c.get("compile_s") is not None:
+        parts.append(f"compile {_f(c['compile_s'], '.1f')} s (ours {_f(c.get('optimizer_s'), '.2f')})")
+    if c.get("fallback"):
+        parts.append("FELL BACK")
+    if c.get("mismatch"):
+        parts.append(f"mismatch: {c['mismatch'][:120]}")
+    return f"{head}: " + ", ".join(parts)
+
+
+def _cell(cells: list[dict], model: str, mode: str, strategy: str) -> dict | None:
+    for c in cells:
+        if c["model"] == model and c["mode"] == mode and c["strategy"] == strategy:
+            return c
+    return None
+
+
+def _baseline(strategies: list[str]) -> str | None:
+    for name in ("inductor", "eager"):
+        if name in strategies:
+            return name
+    return None
+
+
+def _pivot(results: dict, mode: str, value, best=None) -> list[str]:
+    """A models x strategies markdown table of ``value(cell) -> str``; ``best`` picks a cell to bold."""
+    strategies = results["config"]["strategies"]
+    models = results["config"]["models"]
+    lines = ["| model | " + " | ".join(strategies) + " |", "|---|" + "---:|" * len(strategies)]
+    for m in models:
+        row = []
+        cells = [_cell(results["cells"], m, mode, s) for s in strategies]
+        pick = best(cells) if best else None
+        for c in cells:
+            if c is None:
+                row.append("")
+            elif c["status"] in ("error", "skipped", "not_run"):
+                row.append(_MARK[c["status"]])
+            else:
+                text = value(c) + (_MARK["mismatch"] if c["status"] == "mismatch" else "")
+                row.append(f"**{text}**" if c is pick else text)
+        lines.append(f"| {m} | " + " | ".join(row) + " |")
+    return lines
+
+
+def _best_by(key: str, lowest: bool):
+    def pick(cells):
+        ok = [c for c in cells if c and c["status"] == "ok" and c.get(key) is not None]
+        if not ok:
+            return None
+        return (min if lowest else max)(ok, key=lambda c: c[key])
+    return pick
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The report: environment, legend, per-mode pivot tables, the full table, failures."""
+    env, cfg = results["environment"], results["config"]
+    strategies = cfg["strategies"]
+    base = _baseline(strategies)
+    out = ["# optimus-eq benchmark", ""]
+    out.append(f"- date: {env.get('date')}; device: {env.get('device_name')} ({cfg['device']}); "
+               f"torch {env.get('torch')}, Triton {env.get('triton') or 'n/a'}, egglog {env.get('egglog') or 'n/a'}, "
+               f"Python {env.get('python')}; optimus-eq commit {env.get('optimus_eq_commit') or 'n/a'}")
+    out.append(f"- sizes: `{cfg['size']}` presets, dtype {cfg['dtype']}, {cfg['iters']} timed iterations after "
+               f"{cfg['warmup']} warm-up; Inductor cache: {_CACHE_TEXT.get(cfg.get('cache'), cfg.get('cache'))}"
+               + (f"; overrides {cfg['overrides']}" if cfg.get("overrides") else ""))
+    if env.get("elapsed_s") is not None:
+        out.append(f"- whole run: {env['elapsed_s']:.0f} s")
+    out += ["", "Strategies:", ""]
+    out += [f"- `{name}`: {results['strategies'][name]['description']}" for name in strategies]
+    out += ["", "Models:", ""]
+    for name, info in results.get("models", {}).items():
+        out.append(f"- `{name}`: {info['doc']}; batch {info['batch_size']}, {info['parameters'] / 1e6:.2f} M "
+                   f"parameters; {info['config']}")
+    out += ["", "Legend: **bold** = best of the row; `!` = outputs or gradients differ from eager (see Failures); "
+            "`error` = the cell raised; `skip` = the model's dependency is missing here; `-` = not run.", ""]
+    for mode in cfg["modes"]:
+        title = "inference" if mode == "inference" else "training step (forward + loss + backward)"
+        out += [f"## {title}", ""]
+        speed = (lambda c, m=mode: _f(c.get("ms"), ".3f") + _speedup(results, c, m, base))
+        out += [f"### ms per iteration (median; in parentheses: speed-up over `{base}`)", ""]
+        out += _pivot(results, mode, speed, _best_by("ms", True)) + [""]
+        out += ["### kernels per iteration", ""]
+        out += _pivot(results, mode, lambda c: str(c.get("kernels", "n/a"))
+                      + (f" ({c['launches']})" if c.get("launches") is not None else ""),
+                      _best_by("kernels", True)) + [""]
+        if cfg["device"] == "cuda":
+            out += ["(in parentheses: CPU-side launch calls; a CUDA graph replay is one)", ""]
+        out += ["### compile seconds, first call (optimus_eq's share / Inductor's compile_fx_inner)", ""]
+        out += _pivot(results, mode, lambda c: "" if c.get("compile_s") is None else
+                      f"{c['compile_s']:.1f} ({_f(c.get('optimizer_s'), '.1f') if c.get('optimizer_s') is not None else '-'}"
+                      f" / {_f(c.get('inductor_s'), '.1f')})") + [""]
+        if cfg["device"] == "cuda":
+            out += ["### peak GPU memory, MiB", ""]
+            out += _pivot(results, mode, lambda c: _f(c.get("peak_mem_mib"), ".0f"), _best_by("peak_mem_mib", True))
+            out += [""]
+    out += ["## All cells", "",
+            "| model | mode | strategy | status | ms | examples/s | kernels | peak MiB | compile s | ours s | "
+            "Inductor s | e-nodes | FX nodes | max diff |",
+            "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for c in results["cells"]:
+        fx = (f"{c['fx_nodes_before']}->{c['fx_nodes_after']}" if c.get("fx_nodes_before") is not None else "")
+        out.append("| " + " | ".join([
+            c["model"], c["mode"], c["strategy"], c["status"] + (" (fell back)" if c.get("fallback") else "")
+            + (f" ({c['cudagraph_skips']} graphs without CUDA graphs)" if c.get("cudagraph_skips") else ""),
+            _f(c.get("ms"), ".3f"), _f(c.get("examples_per_s"), ".0f"), str(c.get("kernels", "")),
+            _f(c.get("peak_mem_mib"), ".0f") if c.get("peak_mem_mib") is not None else "",
+            _f(c.get("compile_s"), ".1f") if c.get("compile_s") is not None else "",
+            _f(c.get("optimizer_s"), ".2f") if c.get("optimizer_s") is not None else "",
+            _f(c.get("inductor_s"), ".1f") if c.get("inductor_s") is not None else "",
+            str(c.get("egraph_nodes", "")), fx,
+            _f(max(c.get("max_abs_diff") or 0.0, c.get("max_grad_diff") or 0.0), ".1e")
+            if c.get("max_abs_diff") is not None else "",
+        ]) + " |")
+    problems = [c for c in results["cells"] if c["status"] in ("error", "mismatch") or c.get("fallback")]
+    skipped = sorted({(c["model"], c["error"]) for c in results["cells"] if c["status"] == "skipped"})
+    if problems or skipped:
+        out += ["", "## Failures, fallbacks and skips", ""]
+        for c in problems:
+            what = c.get("error") or c.get("mismatch") or ""
+            if c.get("fallback"):
+                what = (what + "; " if what else "") + f"optimizer fell back: {c['fallback']}"
+            out.append(f"- {c['model']}/{c['mode']}/{c['strategy']} ({c['status']}): {what}")
+        for model, why in skipped:
+            out.append(f"- {model}: skipped: {why}")
+    out += ["", "Notes:", "", f"- {results['kernel_note']}",
+            "- compile s: wall time of the first call (Dynamo, optimus_eq, AOTAutograd, Inductor, one run); "
+            "ours: optimus_eq's `Report.times['total']` summed over graphs; Inductor: "
+            "`compile_fx_inner` from Dynamo's compile-time metrics (forward and backward graphs).",
+            "- e-nodes: e-graph size after the search, summed over the graphs Dynamo produced.", ""]
+    return "\n".join(out)
+
+
+def _speedup(results: dict, c: dict, mode: str, base: str | None) -> str:
+    if base is None or c["strategy"] == base:
+        return ""
+    b = _cell(results["cells"], c["model"], mode, base)
+    if not b or b.get("ms") is None or c.get("ms") is None or c["ms"] <= 0:
+        return ""
+    return f" ({b['ms'] / c['ms']:.2f}x)"
+
+
+def plot(results: dict[str, Any], out_dir: Path) -> list[Path]:
+    """Grouped bar charts (models on x, one bar per strategy, one panel per mode): kernels.png,
+    throughput.png (examples/s) and compile_time.png (optimus_eq's share hatched). Returns the paths.
+
+    Raises:
+        ImportError: matplotlib is missing.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cfg = results["config"]
+    models, modes, strategies = cfg["models"], cfg["modes"], cfg["strategies"]
+    colors = plt.get_cmap("tab10")
+    env = results["environment"]
+    subtitle = f"{env.get('device_name')} | torch {env.get('torch')} | {env.get('date', '')[:10]}"
+    paths = []
+    specs = [("kernels.png", "kernels", "kernels per iteration", True),
+             ("throughput.png", "examples_per_s", "examples / s", True),
+             ("compile_time.png", "compile_s", "first-call compile s", False)]
+    width = 0.8 / max(1, len(strategies))
+    for fname, key, label, log in specs:
+        fig, axes = plt.subplots(len(modes), 1, figsize=(max(6, 1.6 * len(models) * max(1, len(strategies)) / 4),
+                                                         3.6 * len(modes)), squeeze=False)
+        for ax, mode in zip(axes[:, 0], modes):
+            for j, s in enumerate(strategies):
+                xs, ys, ours = [], [], []
+                for i, m in enumerate(models):
+                    c = _cell(results["cells"], m, mode, s)
+                    if c and c["status"] in ("ok", "mismatch") and c.get(key) is not None:
+                        xs.append(i + (j - (len(strategies) - 1) / 2) * width)
+                        ys.append(c[key])
+                        ours.append(c.get("optimizer_s") or 0.0)
+                if not xs:
+                    continue
+                ax.bar(xs, ys, width, label=s, color=colors(j % 10))
+                if key == "compile_s" and any(ours):
+                    ax.bar(xs, ours, width, color="none", edgecolor="black", hatch="//", linewidth=0.5)
+            ax.set_xticks(range(len(models)), models, rotation=20)
+            ax.set_ylabel(label)
+            ax.set_title(f"{mode}: {label}" + (" (hatched: optimus_eq's share)" if key == "compile_s" else ""),
+                         fontsize=10)
+            if log:
+                ax.set_yscale("log")
+            ax.grid(axis="y", alpha=0.3)
+        axes[0, 0].legend(fontsize=7, ncol=min(4, len(strategies)))
+        fig.suptitle(subtitle, fontsize=9)
+        fig.tight_layout()
+        path = out_dir / fname
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def write_all(results: dict[str, Any], out_dir: Path, plots: bool = True) -> None:
+    """results.json, results.md and (with matplotlib) the plots, under ``out_dir``."""
+    out_dir = Path(out_dir)
+    if plots:
+        try:
+            results["environment"]["plots"] = [p.name for p in plot(results, out_dir)]
+        except ImportError as exc:
+            results["environment"]["plots"] = f"not drawn: {exc}"
+    write_json(results, out_dir / "results.json")
+    (out_dir / "results.md").write_text(markdown(results))

@@ -1,0 +1,151 @@
+"""Strategies as data: how each benchmarked configuration compiles a module.
+
+A :class:`Strategy` is a name plus the recipe of one ``torch.compile`` call (or none, for eager):
+
+========================  =====================================================================
+name                      what it runs
+========================  =====================================================================
+eager                     the module itself, no compile
+inductor                  ``torch.compile(m)`` (Inductor, default mode)
+inductor-cudagraphs       ``torch.compile(m, mode="reduce-overhead")`` (Inductor + CUDA graphs)
+inductor-optimus          ``torch.compile(m, options=...)`` with every Optimus option of the installed
+                          torch on: all ``pre_grad_fusion_options`` and ``post_grad_fusion_options``
+                          registered by torch/_inductor/fx_passes/group_batch_fusion.py and split_cat.py
+<s>                       ``torch.compile(m, backend=optimus_eq.backend(strategy=s))`` for every s in
+                          ``optimus_eq.STRATEGIES`` (today none, greedy, eqsat; taso and tensat once
+                          they are registered there)
+<s>-cudagraphs            the same with ``mode="reduce-overhead"`` passed through to Inductor
+========================  =====================================================================
+
+The ``optimus_eq`` names are read from ``optimus_eq.STRATEGIES`` when :func:`available` is called, so a
+strategy added there is benchmarked without touching this file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+#: Names the issue plans (TASO- and TENSAT-style searches) that may not be registered yet.
+PLANNED = ("taso", "tensat")
+
+#: Pass names listed in split_cat.py that are not Optimus split/cat or batch fusions (they come from
+#: decompose_mem_bound_mm.py and pad_mm.py and only register their names there); left off.
+_NOT_OPTIMUS = frozenset({"decompose_mm_pass", "pad_aten_mm_pass", "shape_padding_multiplier"})
+
+#: The torch.compile mode that turns on CUDA graphs.
+CUDAGRAPHS_MODE = "reduce-overhead"
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One benchmarked configuration.
+
+    Attributes:
+        name: the name used on the command line and in the results.
+        kind: ``"eager"``, ``"inductor"`` (torch.compile's own backend) or ``"optimus_eq"``.
+        description: one line for the table's legend.
+        mode: torch.compile ``mode`` (``None`` or ``"reduce-overhead"``).
+        optimus_strategy: the ``optimus_eq`` search strategy (kind ``"optimus_eq"`` only).
+        inductor_options: Inductor config options (``torch.compile(options=...)``).
+    """
+
+    name: str
+    kind: str
+    description: str
+    mode: str | None = None
+    optimus_strategy: str | None = None
+    inductor_options: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    @property
+    def cudagraphs(self) -> bool:
+        """Whether this strategy replays CUDA graphs (needs ``cudagraph_mark_step_begin`` per step)."""
+        return self.mode == CUDAGRAPHS_MODE
+
+    @property
+    def compiles(self) -> bool:
+        return self.kind != "eager"
+
+    def compile(self, module: torch.nn.Module) -> Callable:
+        """The callable to benchmark: ``module`` itself (eager) or ``torch.compile(module, ...)``."""
+        if self.kind == "eager":
+            return module
+        options = dict(self.inductor_options) or None
+        if self.kind == "inductor":
+            return torch.compile(module, mode=self.mode, options=options)
+        import optimus_eq
+
+        return torch.compile(module, backend=optimus_eq.backend(strategy=self.optimus_strategy), mode=self.mode,
+                             options=options)
+
+
+def optimus_fusion_options() -> tuple[dict[str, dict], dict[str, dict]]:
+    """Every Optimus option of the installed torch: ``(pre_grad_fusion_options, post_grad_fusion_options)``.
+
+    Read from torch/_inductor/fx_passes/group_batch_fusion.py (``PRE_GRAD_FUSIONS``,
+    ``POST_GRAD_FUSIONS``: batch_linear, batch_layernorm, batch_relu, ...) and split_cat.py
+    (``PRE_GRAD_PATTERNS``, ``POST_GRAD_PATTERNS``: normalization_pass, merge_splits_pass, ...), each with
+    default options (``{}``), minus the few non-Optimus names in ``_NOT_OPTIMUS``. Group fusions
+    (``GroupFusion`` subclasses such as ``group_linear``, which emit ``torch.ops.fbgemm.gmm``) get
+    ``{"require_fbgemm": True}``, so Inductor runs them only where fbgemm_gpu is installed.
+    """
+    from torch._inductor.fx_passes import group_batch_fusion as gbf
+    from torch._inductor.fx_passes import split_cat
+
+    pre = {n: {} for n in [*gbf.PRE_GRAD_FUSIONS, *split_cat.PRE_GRAD_PATTERNS] if n not in _NOT_OPTIMUS}
+    post = {n: {} for n in [*gbf.POST_GRAD_FUSIONS, *split_cat.POST_GRAD_PATTERNS] if n not in _NOT_OPTIMUS}
+    for name, cls in gbf.POST_GRAD_FUSIONS.items():
+        # group fusions (group_linear) emit torch.ops.fbgemm.gmm: Inductor applies them only where fbgemm is
+        # installed when the option says so; without it, training graphs fail in Inductor (seen on the H200)
+        if name in post and isinstance(cls, type) and issubclass(cls, gbf.GroupFusion):
+            post[name] = {"require_fbgemm": True}
+    return pre, post
+
+
+def available() -> dict[str, Strategy]:
+    """Every strategy that can run with the installed code, by name, in the table's column order."""
+    from optimus_eq import STRATEGIES as OURS
+
+    pre, post = optimus_fusion_options()
+    out = [
+        Strategy("eager", "eager", "eager PyTorch, no compile"),
+        Strategy("inductor", "inductor", "torch.compile (Inductor, default mode)"),
+        Strategy("inductor-cudagraphs", "inductor", 'torch.compile(mode="reduce-overhead"): Inductor + CUDA graphs',
+                 mode=CUDAGRAPHS_MODE),
+        Strategy("inductor-optimus", "inductor",
+                 f"Inductor with every built-in Optimus pass on ({len(pre)} pre-grad, {len(post)} post-grad options)",
+                 inductor_options={"pre_grad_fusion_options": pre, "post_grad_fusion_options": post}),
+    ]
+    for s in OURS:
+        what = "Inductor through optimus_eq.backend, graph unchanged" if s == "none" else f"optimus_eq {s}, then Inductor"
+        out.append(Strategy(s, "optimus_eq", what, optimus_strategy=s))
+    for s in OURS:
+        if s != "none":
+            out.append(Strategy(f"{s}-cudagraphs", "optimus_eq", f'optimus_eq {s}, then Inductor + CUDA graphs '
+                                '(mode="reduce-overhead" passed through)', mode=CUDAGRAPHS_MODE, optimus_strategy=s))
+    return {s.name: s for s in out}
+
+
+def resolve(names: list[str] | tuple[str, ...]) -> list[Strategy]:
+    """The strategies named, in the order given (``"all"`` expands to every available one).
+
+    Raises:
+        ValueError: for an unknown name; the message lists the valid names, and says when the name is a
+            planned strategy (``taso``, ``tensat``) that ``optimus_eq`` does not register yet.
+    """
+    table = available()
+    out: list[Strategy] = []
+    for name in names:
+        if name == "all":
+            out.extend(s for s in table.values() if s not in out)
+            continue
+        if name not in table:
+            base = name.removesuffix("-cudagraphs")
+            hint = (f" ({base!r} is planned but not registered in optimus_eq.STRATEGIES yet)"
+                    if base in PLANNED else "")
+            raise ValueError(f"unknown strategy {name!r}{hint}; valid: {', '.join(table)}")
+        if table[name] not in out:
+            out.append(table[name])
+    return out
