@@ -14,6 +14,8 @@ source and sizes are checked by construction (a permuted cat, or pieces of two t
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from optimus_eq.patterns.registry import Pattern, Rule
 from optimus_eq.terms import MAX_RANK
 
@@ -182,6 +184,32 @@ mutate_cat_pass = Pattern(
     """,
 )
 
+def _alias(prefix: str, *patterns: Pattern) -> tuple[Rule, ...]:
+    """The rules of ``patterns`` under names ``prefix/<rule>`` (rule names are unique in a registry)."""
+    return tuple(replace(r, name=f"{prefix}/{r.name.split('/', 1)[1]}") for p in patterns for r in p.rules)
+
+
+split_cat_to_slices_pass = Pattern(
+    name="split_cat_to_slices_pass",
+    levels=("pre_grad",),
+    kind="vertical",
+    rules=_alias("split_cat_to_slices", split_cat_pass, merge_getitem_cat_pass, mutate_cat_pass),
+    doc="""Consecutive split pieces inside a cat become one slice of the split's input (all pieces: the
+    input itself); a cat left with one input is removed.
+
+    a, b, c, d = torch.split(x, 2, 1); torch.cat([y, a, b, c, d], 1)  =>  torch.cat([y, x], 1)
+    torch.cat([y, b, c], 1)  =>  torch.cat([y, x[:, 2:6]], 1);   torch.cat([b, c], 1)  =>  x[:, 2:6]
+
+    Upstream (torch/_inductor/fx_passes/split_cat.py, ``split_cat_to_slices``) rewrites a cat of split
+    getitems with ``construct_cat_args``: a run of consecutive getitems of one split becomes a slice when
+    it is at least ``threshold_to_cat`` long (default 10), the whole split becomes its input. Here the
+    pattern is an alias of the run algebra: its rules are those of split_cat_pass (full run),
+    merge_getitem_cat_pass (partial run) and mutate_cat_pass (single input), under their own names so
+    that it can be selected alone. ``threshold_to_cat`` is accepted and stored on the selection but not
+    used: a merged run is never more expensive than its pieces (a view instead of a copy per piece).
+    """,
+)
+
 PATTERNS = (
     normalization_pass,
     remove_split_with_size_one_pass,
@@ -192,5 +220,6 @@ PATTERNS = (
     unbind_cat_to_view_pass,
     merge_getitem_cat_pass,
     split_cat_pass,
+    split_cat_to_slices_pass,
     mutate_cat_pass,
 )
