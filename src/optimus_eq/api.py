@@ -13,6 +13,7 @@ from torch.fx import GraphModule
 from optimus_eq.cost import GPUCostModel
 from optimus_eq.egraph import EGraph, Limits
 from optimus_eq.extract import EGraphView, extract
+from optimus_eq.options import select_patterns
 from optimus_eq.patterns import DEFAULT_REGISTRY, PatternRegistry
 from optimus_eq.report import Report
 
@@ -74,6 +75,8 @@ def optimize(
     ilp_seconds: float = 10.0,
     ilp_max_nodes: int = 40_000,
     registry: PatternRegistry = DEFAULT_REGISTRY,
+    pre_grad_fusion_options: dict | None = None,
+    post_grad_fusion_options: dict | None = None,
 ) -> tuple[GraphModule, Report]:
     """Optimize a Torch-IR FX graph with one search strategy over the registered pattern set.
 
@@ -91,6 +94,11 @@ def optimize(
         ilp_seconds: time budget of the ILP extractor, seconds.
         ilp_max_nodes: ``"auto"`` uses the ILP only up to this many reachable e-nodes.
         registry: where patterns are looked up.
+        pre_grad_fusion_options: the built-in Optimus option dictionary (``{"split_cat_pass": {},
+            "batch_linear": {"min_fuse_set_size": 3}}``, as ``torch._inductor.config.
+            pre_grad_fusion_options``): its keys choose the patterns instead of ``patterns``, its values
+            are stored on them (:mod:`optimus_eq.options`).
+        post_grad_fusion_options: likewise for the post-grad level; validated here.
 
     Returns:
         ``(graph, report)``: a new GraphModule with the same inputs and outputs (the input ``gm``
@@ -98,13 +106,15 @@ def optimize(
 
     Raises:
         ValueError: for an unknown strategy or pattern name (the message lists the valid ones).
+        NotImplementedError: for a built-in Optimus pass name that optimus_eq does not implement yet.
 
     Any failure inside translation, search, extraction or lowering returns the original graph with
     one warning naming the cause (``report.fallback``); the user's model is never made wrong.
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; valid: {STRATEGIES}")
-    chosen = registry.select(patterns, "pre_grad")
+    chosen = select_patterns(registry, patterns, "pre_grad", pre_grad_fusion_options=pre_grad_fusion_options,
+                             post_grad_fusion_options=post_grad_fusion_options)
     report = Report(strategy=strategy)
     report.ops_before = count_ops(gm)
     report.nodes_before = len(gm.graph.nodes)
