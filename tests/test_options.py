@@ -10,7 +10,8 @@ import torch
 import optimus_eq
 from conftest import check, dynamo_graph, rand
 from optimus_eq import DEFAULT_REGISTRY
-from optimus_eq.options import UPSTREAM_POST_GRAD, UPSTREAM_PRE_GRAD, select_from_options, upstream_names
+from optimus_eq.options import (UPSTREAM_POST_GRAD, UPSTREAM_PRE_GRAD, UPSTREAM_SCOPE, select_from_options,
+                                upstream_names)
 
 REGISTERED_PRE = {n for n, levels, _ in optimus_eq.list_patterns() if "pre_grad" in levels}
 REGISTERED_POST = {n for n, levels, _ in optimus_eq.list_patterns() if "post_grad" in levels}
@@ -45,14 +46,28 @@ def test_options_choose_the_patterns(strategy):
                            pre_grad_fusion_options={"split_cat_pass": {}})
     fired = only_split_cat.report.patterns_fired
     assert fired["split_cat_pass"] > 0
-    assert set(fired) <= {"split_cat_pass"}, f"patterns outside the options fired: {dict(fired)}"
+    allowed = {"split_cat_pass", *UPSTREAM_SCOPE["split_cat_pass"]}
+    assert set(fired) <= allowed, f"patterns outside the options fired: {dict(fired)}"
+    only_merge = check(split_cat_then_partial, [x, y], strategy, pre_grad_fusion_options={"merge_getitem_cat_pass": {}})
+    assert set(only_merge.report.patterns_fired) == {"merge_getitem_cat_pass"}
+    assert only_merge.report.ops_after["cat"] == 2  # the full run is split_cat_pass' job
     both = check(split_cat_then_partial, [x, y], strategy,
                  pre_grad_fusion_options={"normalization_pass": {}, "split_cat_pass": {},
                                           "merge_getitem_cat_pass": {}})
-    assert both.report.patterns_fired["merge_getitem_cat_pass"] > 0
     assert both.report.patterns_fired["normalization_pass"] > 0
-    # fewer cat inputs with the second pattern on
-    assert both.report.ops_after["narrow"] < only_split_cat.report.ops_after["narrow"]
+    assert both.report.ops_after["cat"] == 1
+    assert both.report.ops_after["narrow"] == 1
+
+
+def test_upstream_scope_selects_the_patterns_that_do_part_of_the_job():
+    chosen = {p.name for p in select_from_options(DEFAULT_REGISTRY, {"unbind_stack_pass": {"counter": 2}}, "pre_grad")}
+    assert chosen == {"unbind_stack_pass"} | {n for n in UPSTREAM_SCOPE["unbind_stack_pass"] if n in DEFAULT_REGISTRY}
+    by_name = {p.name: p for p in select_from_options(DEFAULT_REGISTRY, {"unbind_stack_pass": {"counter": 2}}, "pre_grad")}
+    assert by_name["unbind_stack_pass"].options == {"counter": 2}
+    assert by_name["split_cat_pass"].options == {}
+    for name, implied in UPSTREAM_SCOPE.items():
+        assert name in UPSTREAM_PRE_GRAD
+        assert set(implied) <= set(DEFAULT_REGISTRY.names()), f"{name}: {set(implied) - set(DEFAULT_REGISTRY.names())}"
 
 
 def test_empty_options_choose_no_pattern():
@@ -64,7 +79,9 @@ def test_empty_options_choose_no_pattern():
 def test_option_values_are_stored_on_the_selection_not_the_registry():
     opts = {"split_cat_to_slices_pass": {"threshold_to_cat": 5, "counter": 2}, "split_cat_pass": {}}
     chosen = select_from_options(DEFAULT_REGISTRY, opts, "pre_grad")
-    assert [p.name for p in chosen] == [n for n in DEFAULT_REGISTRY.names() if n in opts]  # registry order
+    names = [p.name for p in chosen]
+    assert names == [n for n in DEFAULT_REGISTRY.names() if n in names]  # registry order
+    assert set(opts) <= set(names)
     by_name = {p.name: p for p in chosen}
     assert by_name["split_cat_to_slices_pass"].options == {"threshold_to_cat": 5, "counter": 2}
     assert by_name["split_cat_to_slices_pass"].rules == DEFAULT_REGISTRY["split_cat_to_slices_pass"].rules
@@ -95,7 +112,8 @@ def test_upstream_post_grad_name_not_implemented_raises(name):
 
 @pytest.mark.parametrize("name", sorted(REGISTERED_PRE & set(UPSTREAM_PRE_GRAD)))
 def test_every_implemented_pre_grad_name_is_accepted(name):
-    assert [p.name for p in select_from_options(DEFAULT_REGISTRY, {name: {}}, "pre_grad")] == [name]
+    names = {p.name for p in select_from_options(DEFAULT_REGISTRY, {name: {}}, "pre_grad")}
+    assert names == {name} | {n for n in UPSTREAM_SCOPE.get(name, ()) if n in DEFAULT_REGISTRY}
 
 
 def test_name_of_the_other_level_raises_value_error():
@@ -130,4 +148,4 @@ def test_backend_validates_at_construction_and_passes_options():
         torch.testing.assert_close(a, e)
     report = optimus_eq.last_reports[-1]
     assert report.patterns_fired["split_cat_pass"] > 0
-    assert set(report.patterns_fired) <= {"split_cat_pass"}
+    assert set(report.patterns_fired) <= {"split_cat_pass", *UPSTREAM_SCOPE["split_cat_pass"]}

@@ -121,9 +121,10 @@ def remove_split_with_size_one_case(draw) -> Case:
     d = draw(st.integers(0, rank - 1))
     dd = _neg(draw, d, rank)
     n = shape[d]
-    kind = draw(st.sampled_from(["split_int", "split_list", "chunk", "unbind1"]))
+    kind = draw(st.sampled_from(["split_int", "split_list", "chunk", "unbind1", "squeezed_piece"]))
     if kind == "unbind1":
         shape[d] = 1
+    i = draw(st.integers(0, n - 1))
 
     def fn(x):
         if kind == "split_int":
@@ -132,6 +133,8 @@ def remove_split_with_size_one_case(draw) -> Case:
             p = x.split([n], dd)[0]
         elif kind == "chunk":
             p = torch.chunk(x, 1, dd)[0]
+        elif kind == "squeezed_piece":
+            p = torch.split(x, 1, dd)[i].squeeze(dd)
         else:
             p = torch.unbind(x, dd)[0]
         return p.tanh()
@@ -270,10 +273,12 @@ def split_stack_to_cats_case(draw) -> Case:
 @st.composite
 def unbind_cat_to_view_case(draw) -> Case:
     rank, shape, dtype, seed = _common(draw, 3, 4, 1, 4)
-    d = draw(st.integers(0, rank - 2))
+    d = draw(st.integers(0, rank - 1))
     shape[d] = draw(st.integers(2, 4))  # a size-1 dim is remove_split_with_size_one_pass' case
     dd = _neg(draw, d, rank)
-    dc = _neg(draw, d, rank - 1)  # the cat dim counts the pieces' dims
+    # the cat dim, in the pieces' dims: the unbind dim, or another one
+    c = d if d < rank - 1 and draw(st.booleans()) else draw(st.integers(0, rank - 2))
+    dc = _neg(draw, c, rank - 1)
     n = shape[d]
     order = draw(st.permutations(list(range(n)))) if draw(st.booleans()) else list(range(n))
 

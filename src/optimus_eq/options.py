@@ -48,6 +48,25 @@ UPSTREAM_POST_GRAD = (
 )
 
 
+#: Patterns of ours that do part of the job of a built-in pass of the same option name, selected with
+#: it (empty options unless named too). Upstream's split_cat_pass also folds split -> stack (any dim) and
+#: split -> squeeze -> stack (``simplify_split_cat``, ``merge_split_squeeze``); unbind_stack_pass folds
+#: unbind -> stack/cat along any dim (``merge_unbind_stack``); the *_to_slices / *_to_view / *_to_cats
+#: passes remove the cat they rewrite, which here is the run algebra's job (split_cat_pass,
+#: merge_getitem_cat_pass, mutate_cat_pass).
+UPSTREAM_SCOPE: dict[str, tuple[str, ...]] = {
+    "split_cat_pass": ("remove_split_with_size_one_pass", "split_stack_to_cats_pass", "unbind_stack_to_slices_pass",
+                       "unbind_stack_pass", "merge_getitem_cat_pass", "mutate_cat_pass"),
+    "unbind_stack_pass": ("unbind_stack_to_slices_pass", "unbind_cat_to_view_pass", "split_cat_pass",
+                          "merge_getitem_cat_pass", "mutate_cat_pass"),
+    "unbind_stack_to_slices_pass": ("unbind_stack_pass", "split_cat_pass", "merge_getitem_cat_pass", "mutate_cat_pass"),
+    "unbind_cat_to_view_pass": ("split_cat_pass", "merge_getitem_cat_pass", "mutate_cat_pass"),
+    "split_stack_to_cats_pass": ("unbind_stack_pass", "split_cat_pass", "merge_getitem_cat_pass", "mutate_cat_pass"),
+    "move_reshape_out_of_split_stack_pass": ("split_stack_to_cats_pass", "fold_view_chain", "split_cat_pass",
+                                             "merge_getitem_cat_pass", "mutate_cat_pass"),
+}
+
+
 def upstream_names(level: str) -> frozenset[str]:
     """Pass names the built-in Optimus accepts at ``level`` (the static torch 2.13 list and, where
     importable, the installed torch's own lists)."""
@@ -66,8 +85,9 @@ def upstream_names(level: str) -> frozenset[str]:
 
 
 def select_from_options(registry: PatternRegistry, fusion_options: Mapping, level: str) -> list[Pattern]:
-    """The patterns named in ``fusion_options`` (an Optimus option dictionary for ``level``), in
-    registry order, each carrying its option dictionary as ``Pattern.options``.
+    """The patterns named in ``fusion_options`` (an Optimus option dictionary for ``level``) and those
+    of :data:`UPSTREAM_SCOPE` that do part of a named built-in pass's job, in registry order, each
+    carrying its option dictionary as ``Pattern.options``.
 
     Args:
         registry: where patterns are looked up.
@@ -101,8 +121,11 @@ def select_from_options(registry: PatternRegistry, fusion_options: Mapping, leve
         if name in upstream_names(other) or name in registry:
             raise ValueError(f"{name!r} is not a {level} pass (it belongs in {other}_fusion_options)")
         raise ValueError(f"unknown pass {name!r} in {key}; valid names: {sorted(ours | upstream)}")
-    return [replace(p, options={**p.options, **fusion_options[p.name]})
-            for p in registry if level in p.levels and p.name in fusion_options]
+    chosen = set(fusion_options)
+    for name in fusion_options:
+        chosen |= {n for n in UPSTREAM_SCOPE.get(name, ()) if n in ours}
+    return [replace(p, options={**p.options, **fusion_options.get(p.name, {})})
+            for p in registry if level in p.levels and p.name in chosen]
 
 
 def select_patterns(registry: PatternRegistry, patterns: Iterable[str] | None, level: str, *,

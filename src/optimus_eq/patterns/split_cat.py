@@ -45,11 +45,16 @@ remove_split_with_size_one_pass = Pattern(
         Rule("remove_split_with_size_one/narrow_full", "(Narrow x d 0 n n)", "x", ("(= sh (shape x))",)),
         Rule("remove_split_with_size_one/select_size_one", "(Select x d 0 1)", "(Reshape x (vec-remove sh d))",
              ("(= sh (shape x))",)),
+        Rule("remove_split_with_size_one/squeezed_unit_piece", "(Reshape (Narrow x d i 1 n) v)", "(Select x d i n)",
+             ("(> n 1)", "(= sh (shape x))", "(= v (vec-remove sh d))")),  # n == 1: select_size_one's inverse
     ),
-    doc="""A split with one section, or an unbind of a size-1 dim, is the tensor itself (or a squeeze).
+    doc="""A split with one section, or an unbind of a size-1 dim, is the tensor itself (or a squeeze); a
+    size-1 split piece squeezed is an unbind piece (upstream does this one in split_cat_pass's
+    merge_split_squeeze; here it comes first so that the stack rules see unbind pieces).
 
     torch.split(x, 4, 1)[0]  where x: [B, 4]   =>  x
     torch.unbind(x, 1)[0]    where x: [B, 1, D] =>  x.reshape(B, D)
+    torch.split(x, 1, 1)[i].squeeze(1)          =>  x.select(1, i)
     """,
 )
 
@@ -138,11 +143,19 @@ unbind_cat_to_view_pass = Pattern(
             "(Cons d (Narrow (Reshape x (vec-set (vec-remove sh d) d (* n k))) d (* i k) k (* n k)) R)",
             ("(= sh (shape x))", "(< (+ d 1) (vec-length sh))", "(= k (vec-get sh (+ d 1)))"),
         ),
+        Rule(
+            "unbind_cat_to_view/other_dim",
+            "(Cons c (Select x d i n) R)",
+            "(Cons c (Select (Permute x p) c i n) R)",
+            ("(!= c d)", "(= sh (shape x))", "(= p (MovePerm (vec-length sh) d c))"),
+        ),
     ),
     doc="""Unbind pieces concatenated along the unbind dim are slices of a flattening view.
 
     x: [B, N, D];  torch.cat(torch.unbind(x, 1), 1)  =>  x.reshape(B, N * D)
     (each piece x.select(1, i) is x.reshape(B, N*D)[:, i*D:(i+1)*D]; adjacent slices then merge)
+    x: [N, B, D];  torch.cat(torch.unbind(x, 0), 1)  =>  x.permute(1, 0, 2).reshape(B, N * D)
+    (along another dim c: x.select(d, i) is x.movedim(d, c).select(c, i), then as above)
     """,
 )
 
