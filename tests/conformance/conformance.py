@@ -229,11 +229,14 @@ def compare(expected: list, actual: list, ref_in: list, opt_in: list, grad: bool
             continue
         assert a is not None, f"grad of input {i} is missing"
         tol = {"rtol": 4e-2, "atol": 1e-2} if e.dtype in (torch.bfloat16, torch.float16) else {}
-        torch.testing.assert_close(a, e, **tol, msg=lambda m: f"grad of input {i}: {m}")
+        torch.testing.assert_close(a, e, **tol, equal_nan=True, msg=lambda m: f"grad of input {i}: {m}")
 
 
 def _status(exc: BaseException, crashed: bool) -> str:
-    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    if len(lines) > 1 and lines[0].endswith("raised:"):  # dynamo's BackendCompilerFailed: the cause is next
+        lines = lines[1:]
+    msg = lines[0] if lines else type(exc).__name__
     if crashed:
         return f"crash: {type(exc).__name__}: {msg[:200]}"
     if "strides" in msg and "eager's" in msg:

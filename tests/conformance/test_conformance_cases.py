@@ -3,7 +3,8 @@
 For each case and strategy: our outputs and gradients equal eager's; the patterns the upstream test
 expects to fire fire here under the Optimus names; and our graph has no more split/cat/stack/unbind/
 linear/layer_norm/pointwise nodes than the built-in passes of the installed torch leave on the same
-graph (measured in the same run). Cases whose patterns are not registered yet skip themselves (the
+graph (measured in the same run; where the built-in's result differs from eager in values, strides or
+aliasing, or it crashes, there is no bar, and ours must still be right). Cases whose patterns are not registered yet skip themselves (the
 reason names the missing patterns) until those names appear in ``optimus_eq.list_patterns()``.
 ``bench/conformance_table.py`` writes the same measurements to docs/conformance.md.
 """
@@ -56,6 +57,8 @@ def test_conformance(name, strategy):
             pytest.fail(f"{pattern} did not fire; fired: {dict(mine.fired)}")
     if not case.pre_grad and not case.post_grad:
         assert not mine.fired, f"no options, yet patterns fired: {dict(mine.fired)}"
+    if not theirs.ok:
+        return  # a built-in result that differs from eager (values, strides, aliasing) or crashed sets no bar
     if theirs.counts and mine.total > theirs.total:
         detail = (f"ours ({strategy}) leaves {mine.total} counted nodes {dict(mine.counts)}, the built-in "
                   f"{theirs.total} {dict(theirs.counts)}")
