@@ -35,6 +35,34 @@ def _cell(o: C.Outcome | None, ref: C.Outcome | None) -> str:
     return f"{o.total}" + (f" ({', '.join(diff)})" if diff else "")
 
 
+#: kinds that cost a kernel or a copy (split and unbind pieces are views, on both sides)
+COMPUTE = ("cat", "stack", "linear", "layer_norm", "pointwise")
+
+
+def _compute(o: C.Outcome) -> int:
+    return sum(o.counts[k] for k in COMPUTE)
+
+
+def _smaller(o: C.Outcome | None, ref: C.Outcome) -> bool:
+    return o is not None and o.ok and bool(ref.counts) and bool(o.counts) and _compute(o) < _compute(ref)
+
+
+def _note(case, theirs, mine) -> str:
+    notes = []
+    for s, o in mine.items():
+        missed = [p for p in case.fires if o.ok and not C.fired_names(o.fired, p)]
+        if missed:
+            notes.append(f"{s}: {', '.join(missed)} did not fire")
+    behind = [s for s, o in mine.items() if o.ok and theirs.ok and theirs.counts and o.total > theirs.total]
+    if behind:
+        notes.append(f"{'/'.join(behind)} behind the built-in")
+    if notes and case.gap:
+        notes.append(f"known gap: {case.gap}")
+    if case.note:
+        notes.append(case.note)
+    return "; ".join(notes).replace("|", "/")
+
+
 def _status(o: C.Outcome | None) -> str:
     if o is None:
         return "-"
@@ -78,28 +106,33 @@ def markdown(rows) -> str:
            "Counts: split/chunk + unbind + cat + stack + linear-family (linear, mm, addmm, bmm, baddbmm, matmul, "
            "einsum) + layer_norm + pointwise nodes left in the graph; in parentheses the kinds that differ from the "
            "built-in. Split pieces are views either way (the built-in keeps `split` + `getitem`, ours emits `narrow`). "
-           "`eqsat < built-in` marks where eqsat reaches a strictly smaller graph. Outputs: compared with eager "
+           "`eqsat < built-in` marks where eqsat leaves strictly fewer cat + stack + linear-family + layer_norm + "
+           "pointwise nodes (the kinds that cost a kernel or a copy). Outputs: compared with eager "
            "(values, dtypes, shapes, observable strides, aliasing of inputs, gradients of inputs and parameters); "
            "`strides differ` and `aliases an input` are results with eager's values but not its layout or "
            "ownership (a later `.view(-1)`, or an in-place update of the result, behaves differently).", ""]
     done = [r for r in rows if not r[3]]
     waiting = [r for r in rows if r[3]]
-    smaller = sum(1 for _, t, m, _, _ in done if "eqsat" in m and m["eqsat"].ok and t.counts and m["eqsat"].total < t.total)
+    smaller = sum(1 for _, t, m, _, _ in done if _smaller(m.get("eqsat"), t))
+    eq_vs_greedy = sum(1 for _, _, m, _, _ in done if _smaller(m.get("eqsat"), m["greedy"]))
+    behind = sum(1 for c, t, m, _, _ in done if _note(c, t, m) and "behind" in _note(c, t, m))
     ours_ok = sum(1 for _, _, m, _, _ in done if all(o.ok for o in m.values()))
     bad = [(c, t) for c, t, _, _, _ in rows if not t.ok]
     out += [f"**Summary**: {len(rows)} cases; {len(done)} run on both strategies, ours equal to eager on "
-            f"{ours_ok}; eqsat strictly smaller than the built-in on {smaller}; {len(waiting)} waiting on patterns "
-            f"not registered yet; the built-in differs from eager or crashes on {len(bad)}.", ""]
-    out += ["| case | upstream | built-in | greedy | eqsat | eqsat < built-in | built-in outputs | ours outputs |",
-            "|---|---|---|---|---|---|---|---|"]
+            f"{ours_ok}; eqsat strictly smaller than the built-in in cat/stack/linear/layer_norm/pointwise nodes on "
+            f"{smaller} (than greedy on {eq_vs_greedy}); ours behind a correct built-in on {behind} (notes say why); "
+            f"{len(waiting)} waiting on patterns not registered yet; the built-in differs from eager or crashes on "
+            f"{len(bad)}.", ""]
+    out += ["| case | upstream | built-in | greedy | eqsat | eqsat < built-in | built-in outputs | ours outputs | notes |",
+            "|---|---|---|---|---|---|---|---|---|"]
     for case, theirs, mine, missing, _ in done:
         e = mine.get("eqsat")
-        smaller_mark = "yes" if e is not None and e.ok and theirs.counts and e.total < theirs.total else ""
+        smaller_mark = "yes" if _smaller(e, theirs) else ""
         ours_status = "ok" if all(o.ok for o in mine.values()) else "; ".join(
             f"{s}: {o.status}" for s, o in mine.items() if not o.ok)
         name = case.name + (" (known built-in bug)" if case.builtin_bug else "")
         out.append(f"| {name} | {case.upstream} | {_cell(theirs, None)} | {_cell(mine.get('greedy'), theirs)} | "
-                   f"{_cell(e, theirs)} | {smaller_mark} | {_status(theirs)} | {ours_status} |")
+                   f"{_cell(e, theirs)} | {smaller_mark} | {_status(theirs)} | {ours_status} | {_note(case, theirs, mine)} |")
     out += ["", "## Waiting on patterns", "",
             "Skipped in tests/conformance until these names appear in `optimus_eq.list_patterns()` (the skip "
             "turns itself off). The built-in's counts are measured already.", "",
