@@ -26,7 +26,8 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
         post_grad_options: options of the post-grad pass (default: ``options`` without ``patterns``).
         mode: an Inductor mode (``"reduce-overhead"``, ``"max-autotune"``, ...), expanded with
             ``torch._inductor.list_mode_options``.
-        **options: passed to :func:`optimus_eq.optimize` (patterns, limits, extractor, ...).
+        **options: passed to :func:`optimus_eq.optimize` (patterns, limits, extractor,
+            pre_grad_fusion_options / post_grad_fusion_options in the built-in Optimus format, ...).
 
     ``torch.compile(model, backend=backend(...), mode=..., options=...)`` also works: torch.compile hands
     ``mode`` and ``options`` to a custom backend as keyword arguments, and they are applied like ``mode``
@@ -36,6 +37,8 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
 
     Raises:
         ValueError: for an unknown strategy or hook, or ``post_grad=True`` with ``compile=False``.
+        ValueError, NotImplementedError: for a bad pattern name or Optimus option dictionary, at once
+            (not at the first compile).
     """
     from optimus_eq.api import STRATEGIES, optimize
 
@@ -43,6 +46,7 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
         raise ValueError(f"unknown strategy {strategy!r}; valid: {STRATEGIES}")
     if post_grad and not compile:
         raise ValueError("post_grad=True needs compile=True (the post-grad pass runs inside Inductor)")
+    _check_options(options)
     base_patches = dict(inductor_config or {})
     if post_grad:
         from optimus_bridge.post_grad import PostGradPass, install
@@ -117,6 +121,16 @@ def _inductor_patches(mode: str | None, config: dict | None) -> dict:
         patches.update(list_mode_options(mode))
     patches.update({k.replace("-", "_"): v for k, v in (config or {}).items()})
     return patches
+
+
+def _check_options(options: dict) -> None:
+    """Validate pattern names and Optimus option dictionaries when the backend is built."""
+    from optimus_eq.api import DEFAULT_REGISTRY
+    from optimus_eq.options import select_patterns
+
+    select_patterns(options.get("registry", DEFAULT_REGISTRY), options.get("patterns"), "pre_grad",
+                    pre_grad_fusion_options=options.get("pre_grad_fusion_options"),
+                    post_grad_fusion_options=options.get("post_grad_fusion_options"))
 
 
 def optimus_eq_backend(gm, example_inputs, **kwargs):

@@ -323,7 +323,8 @@ class Translator:
 
     # -- split / chunk / unbind: a tuple of pieces ----------------------------------------------
     def _split(self, node: Node, name: str, val) -> None:
-        x = node.args[0] if node.args else node.kwargs.get("input", node.kwargs.get("self"))
+        kw = node.kwargs
+        x = node.args[0] if node.args else kw.get("input", kw.get("self", kw.get("tensor")))  # torch.split(tensor=x)
         xv = self._term(x)
         x_val = meta_val(x)
         if not is_static_tensor(x_val) or not isinstance(val, (tuple, list)):

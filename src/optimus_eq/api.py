@@ -13,6 +13,7 @@ from torch.fx import GraphModule
 from optimus_eq.cost import GPUCostModel
 from optimus_eq.egraph import EGraph, Limits
 from optimus_eq.extract import EGraphView, extract
+from optimus_eq.options import select_patterns
 from optimus_eq.patterns import DEFAULT_REGISTRY, PatternRegistry
 from optimus_eq.report import Report
 
@@ -85,6 +86,8 @@ def optimize(
     registry: PatternRegistry = DEFAULT_REGISTRY,
     strategy_options: dict | None = None,
     level: str = "pre_grad",
+    pre_grad_fusion_options: dict | None = None,
+    post_grad_fusion_options: dict | None = None,
 ) -> tuple[GraphModule, Report]:
     """Optimize a Torch-IR (or Aten-IR) FX graph with one search strategy over the registered pattern set.
 
@@ -107,6 +110,12 @@ def optimize(
         level: ``"pre_grad"`` (a Torch-IR graph, as dynamo hands it to a backend) or ``"post_grad"``
             (an Aten-IR graph from AOTAutograd, nodes calling aten OpOverloads; the result calls aten
             OpOverloads too, with ``val`` meta, as Inductor's post-grad passes expect).
+        pre_grad_fusion_options: the built-in Optimus option dictionary (``{"split_cat_pass": {},
+            "batch_linear": {"min_fuse_set_size": 3}}``, as ``torch._inductor.config.
+            pre_grad_fusion_options``): its keys choose the patterns instead of ``patterns``, its values
+            are stored on them (:mod:`optimus_eq.options`).
+        post_grad_fusion_options: likewise for the post-grad level (chooses the patterns when ``level`` is
+            ``"post_grad"``); both are validated.
 
     Returns:
         ``(graph, report)``: a new GraphModule with the same inputs and outputs (the input ``gm``
@@ -114,6 +123,7 @@ def optimize(
 
     Raises:
         ValueError: for an unknown strategy, level or pattern name (the message lists the valid ones).
+        NotImplementedError: for a built-in Optimus pass name that optimus_eq does not implement yet.
 
     Any failure inside translation, search, extraction or lowering returns the original graph with
     one warning naming the cause (``report.fallback``); the user's model is never made wrong.
@@ -122,7 +132,8 @@ def optimize(
         raise ValueError(f"unknown strategy {strategy!r}; valid: {STRATEGIES}")
     if level not in LEVELS:
         raise ValueError(f"unknown level {level!r}; valid: {LEVELS}")
-    chosen = registry.select(patterns, level)
+    chosen = select_patterns(registry, patterns, level, pre_grad_fusion_options=pre_grad_fusion_options,
+                             post_grad_fusion_options=post_grad_fusion_options)
     if strategy != "none":
         _check_options(strategy, strategy_options or {})
     report = Report(strategy=strategy, level=level)

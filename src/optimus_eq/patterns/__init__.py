@@ -22,6 +22,7 @@ for _p in (
     split_cat.unbind_cat_to_view_pass,
     split_cat.merge_getitem_cat_pass,
     split_cat.split_cat_pass,
+    split_cat.split_cat_to_slices_pass,
     split_cat.mutate_cat_pass,
     *aten.PATTERNS,
 ):

@@ -14,6 +14,8 @@ source and sizes are checked by construction (a permuted cat, or pieces of two t
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from optimus_eq.patterns.registry import Pattern, Rule
 from optimus_eq.terms import MAX_RANK
 
@@ -43,11 +45,16 @@ remove_split_with_size_one_pass = Pattern(
         Rule("remove_split_with_size_one/narrow_full", "(Narrow x d 0 n n)", "x", ("(= sh (shape x))",)),
         Rule("remove_split_with_size_one/select_size_one", "(Select x d 0 1)", "(Reshape x (vec-remove sh d))",
              ("(= sh (shape x))",)),
+        Rule("remove_split_with_size_one/squeezed_unit_piece", "(Reshape (Narrow x d i 1 n) v)", "(Select x d i n)",
+             ("(> n 1)", "(= sh (shape x))", "(= v (vec-remove sh d))")),  # n == 1: select_size_one's inverse
     ),
-    doc="""A split with one section, or an unbind of a size-1 dim, is the tensor itself (or a squeeze).
+    doc="""A split with one section, or an unbind of a size-1 dim, is the tensor itself (or a squeeze); a
+    size-1 split piece squeezed is an unbind piece (upstream does this one in split_cat_pass's
+    merge_split_squeeze; here it comes first so that the stack rules see unbind pieces).
 
     torch.split(x, 4, 1)[0]  where x: [B, 4]   =>  x
     torch.unbind(x, 1)[0]    where x: [B, 1, D] =>  x.reshape(B, D)
+    torch.split(x, 1, 1)[i].squeeze(1)          =>  x.select(1, i)
     """,
 )
 
@@ -136,11 +143,19 @@ unbind_cat_to_view_pass = Pattern(
             "(Cons d (Narrow (Reshape x (vec-set (vec-remove sh d) d (* n k))) d (* i k) k (* n k)) R)",
             ("(= sh (shape x))", "(< (+ d 1) (vec-length sh))", "(= k (vec-get sh (+ d 1)))"),
         ),
+        Rule(
+            "unbind_cat_to_view/other_dim",
+            "(Cons c (Select x d i n) R)",
+            "(Cons c (Select (Permute x p) c i n) R)",
+            ("(!= c d)", "(= sh (shape x))", "(= p (MovePerm (vec-length sh) d c))"),
+        ),
     ),
     doc="""Unbind pieces concatenated along the unbind dim are slices of a flattening view.
 
     x: [B, N, D];  torch.cat(torch.unbind(x, 1), 1)  =>  x.reshape(B, N * D)
     (each piece x.select(1, i) is x.reshape(B, N*D)[:, i*D:(i+1)*D]; adjacent slices then merge)
+    x: [N, B, D];  torch.cat(torch.unbind(x, 0), 1)  =>  x.permute(1, 0, 2).reshape(B, N * D)
+    (along another dim c: x.select(d, i) is x.movedim(d, c).select(c, i), then as above)
     """,
 )
 
@@ -182,6 +197,32 @@ mutate_cat_pass = Pattern(
     """,
 )
 
+def _alias(prefix: str, *patterns: Pattern) -> tuple[Rule, ...]:
+    """The rules of ``patterns`` under names ``prefix/<rule>`` (rule names are unique in a registry)."""
+    return tuple(replace(r, name=f"{prefix}/{r.name.split('/', 1)[1]}") for p in patterns for r in p.rules)
+
+
+split_cat_to_slices_pass = Pattern(
+    name="split_cat_to_slices_pass",
+    levels=("pre_grad",),
+    kind="vertical",
+    rules=_alias("split_cat_to_slices", split_cat_pass, merge_getitem_cat_pass, mutate_cat_pass),
+    doc="""Consecutive split pieces inside a cat become one slice of the split's input (all pieces: the
+    input itself); a cat left with one input is removed.
+
+    a, b, c, d = torch.split(x, 2, 1); torch.cat([y, a, b, c, d], 1)  =>  torch.cat([y, x], 1)
+    torch.cat([y, b, c], 1)  =>  torch.cat([y, x[:, 2:6]], 1);   torch.cat([b, c], 1)  =>  x[:, 2:6]
+
+    Upstream (torch/_inductor/fx_passes/split_cat.py, ``split_cat_to_slices``) rewrites a cat of split
+    getitems with ``construct_cat_args``: a run of consecutive getitems of one split becomes a slice when
+    it is at least ``threshold_to_cat`` long (default 10), the whole split becomes its input. Here the
+    pattern is an alias of the run algebra: its rules are those of split_cat_pass (full run),
+    merge_getitem_cat_pass (partial run) and mutate_cat_pass (single input), under their own names so
+    that it can be selected alone. ``threshold_to_cat`` is accepted and stored on the selection but not
+    used: a merged run is never more expensive than its pieces (a view instead of a copy per piece).
+    """,
+)
+
 PATTERNS = (
     normalization_pass,
     remove_split_with_size_one_pass,
@@ -192,5 +233,6 @@ PATTERNS = (
     unbind_cat_to_view_pass,
     merge_getitem_cat_pass,
     split_cat_pass,
+    split_cat_to_slices_pass,
     mutate_cat_pass,
 )

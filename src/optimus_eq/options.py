@@ -1,0 +1,150 @@
+"""Pattern selection from the built-in Optimus option dictionaries.
+
+PyTorch's Optimus passes are switched on with two Inductor settings (torch/_inductor/config.py)::
+
+    torch._inductor.config.pre_grad_fusion_options = {"split_cat_pass": {}, "batch_linear": {"min_fuse_set_size": 3}}
+    torch._inductor.config.post_grad_fusion_options = {"batch_aten_add": {}}
+
+Each key names a pass (the Optimus name), each value is that pass's option dictionary
+(``min_fuse_set_size``, ``max_fuse_set_size``, ``threshold_to_cat``, ``counter``, ...). ``optimize`` and
+``backend`` take the same dictionaries, so a user switches with no new configuration: the keys choose
+the registered patterns of that IR level, and each value is stored on the selected pattern
+(``Pattern.options``) for the pattern's own code to read. Option keys are not interpreted here.
+
+Names are checked against the registry and against the pass names of the built-in (torch 2.13,
+listed below, plus those of the installed torch): an unknown name raises ``ValueError`` listing the
+valid ones; a built-in name that optimus_eq does not implement yet raises ``NotImplementedError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Iterable
+
+from optimus_eq.patterns.registry import LEVELS, Pattern, PatternRegistry
+
+#: Pass names the built-in accepts in ``pre_grad_fusion_options`` (torch 2.13:
+#: torch/_inductor/fx_passes/split_cat.py ``pre_grad_pass_names`` and group_batch_fusion.py
+#: ``PRE_GRAD_FUSIONS``).
+UPSTREAM_PRE_GRAD = (
+    "normalization_pass", "remove_split_with_size_one_pass", "merge_getitem_cat_pass",
+    "merge_stack_tahn_unbind_pass", "merge_splits_pass", "mutate_cat_pass", "split_cat_pass",
+    "unbind_stack_pass", "split_cat_to_slices_pass", "unbind_cat_to_view_pass", "split_stack_to_cats_pass",
+    "unbind_stack_to_slices_pass", "move_reshape_out_of_split_stack_pass", "einsum_to_pointwise_pass",
+    "batch_linear_lhs", "batch_linear", "batch_layernorm", "batch_tanh", "batch_sigmoid", "batch_relu",
+    "batch_detach", "batch_nan_to_num", "batch_clamp", "batch_dropout",
+)
+
+#: Pass names the built-in accepts in ``post_grad_fusion_options`` (torch 2.13: split_cat.py
+#: ``post_grad_pass_names``, group_batch_fusion.py ``POST_GRAD_FUSIONS`` and
+#: ``OPTIMUS_EXCLUDE_POST_GRAD``).
+UPSTREAM_POST_GRAD = (
+    "normalization_aten_pass", "decompose_mm_pass", "unbind_stack_aten_pass", "shape_padding_multiplier",
+    "pad_aten_mm_pass", "split_cat_aten_pass", "select_cat_aten_pass", "move_view_after_cat_aten_pass",
+    "batch_linear_post_grad", "group_linear", "batch_aten_tanh", "batch_aten_sigmoid", "batch_aten_relu",
+    "batch_aten_add", "batch_aten_sub", "batch_aten_div", "batch_aten_mul",
+    "activation_quantization_aten_pass", "inductor_autotune_lookup_table",
+)
+
+
+#: Patterns of ours that do part of the job of a built-in pass of the same option name, selected with
+#: it (empty options unless named too). Upstream's split_cat_pass also folds split -> stack (any dim) and
+#: split -> squeeze -> stack (``simplify_split_cat``, ``merge_split_squeeze``); unbind_stack_pass folds
+#: unbind -> stack/cat along any dim (``merge_unbind_stack``); the *_to_slices / *_to_view / *_to_cats
+#: passes remove the cat they rewrite, which here is the run algebra's job (split_cat_pass,
+#: merge_getitem_cat_pass, mutate_cat_pass).
+UPSTREAM_SCOPE: dict[str, tuple[str, ...]] = {
+    "split_cat_pass": ("remove_split_with_size_one_pass", "split_stack_to_cats_pass", "unbind_stack_to_slices_pass",
+                       "unbind_stack_pass", "merge_getitem_cat_pass", "mutate_cat_pass"),
+    "unbind_stack_pass": ("unbind_stack_to_slices_pass", "unbind_cat_to_view_pass", "split_cat_pass",
+                          "merge_getitem_cat_pass", "mutate_cat_pass"),
+    "unbind_stack_to_slices_pass": ("unbind_stack_pass", "split_cat_pass", "merge_getitem_cat_pass", "mutate_cat_pass"),
+    "unbind_cat_to_view_pass": ("split_cat_pass", "merge_getitem_cat_pass", "mutate_cat_pass"),
+    "split_stack_to_cats_pass": ("unbind_stack_pass", "split_cat_pass", "merge_getitem_cat_pass", "mutate_cat_pass"),
+    "move_reshape_out_of_split_stack_pass": ("split_stack_to_cats_pass", "fold_view_chain", "split_cat_pass",
+                                             "merge_getitem_cat_pass", "mutate_cat_pass"),
+}
+
+
+def upstream_names(level: str) -> frozenset[str]:
+    """Pass names the built-in Optimus accepts at ``level`` (the static torch 2.13 list and, where
+    importable, the installed torch's own lists)."""
+    names = set(UPSTREAM_PRE_GRAD if level == "pre_grad" else UPSTREAM_POST_GRAD)
+    try:
+        from torch._inductor.fx_passes import group_batch_fusion, split_cat
+
+        if level == "pre_grad":
+            names |= set(split_cat.pre_grad_pass_names) | set(group_batch_fusion.PRE_GRAD_FUSIONS)
+        else:
+            names |= set(split_cat.post_grad_pass_names) | set(group_batch_fusion.POST_GRAD_FUSIONS)
+            names |= set(getattr(group_batch_fusion, "OPTIMUS_EXCLUDE_POST_GRAD", ()))
+    except Exception:  # another torch version without these module attributes: the static list
+        pass
+    return frozenset(names)
+
+
+def select_from_options(registry: PatternRegistry, fusion_options: Mapping, level: str) -> list[Pattern]:
+    """The patterns named in ``fusion_options`` (an Optimus option dictionary for ``level``) and those
+    of :data:`UPSTREAM_SCOPE` that do part of a named built-in pass's job, in registry order, each
+    carrying its option dictionary as ``Pattern.options``.
+
+    Args:
+        registry: where patterns are looked up.
+        fusion_options: ``{pass name: {option: value}}`` as in ``torch._inductor.config.
+            pre_grad_fusion_options`` (``level="pre_grad"``) or ``post_grad_fusion_options``.
+        level: ``"pre_grad"`` or ``"post_grad"``.
+
+    Raises:
+        TypeError: when ``fusion_options`` or one of its values is not a dictionary.
+        ValueError: for a name neither registered at ``level`` nor a built-in pass of ``level``
+            (the message lists the valid names); also for a name of the other level.
+        NotImplementedError: for a built-in pass name of ``level`` that optimus_eq does not implement.
+    """
+    if level not in LEVELS:
+        raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
+    key = f"{level}_fusion_options"
+    if not isinstance(fusion_options, Mapping):
+        raise TypeError(f"{key} must be a dict of pass name -> option dict, got {type(fusion_options).__name__}")
+    ours = {p.name for p in registry if level in p.levels}
+    upstream = upstream_names(level)
+    other = "post_grad" if level == "pre_grad" else "pre_grad"
+    for name, opts in fusion_options.items():
+        if not isinstance(opts, Mapping):
+            raise TypeError(f"{key}[{name!r}] must be a dict of options, got {type(opts).__name__}")
+        if name in ours:
+            continue
+        if name in upstream:
+            raise NotImplementedError(
+                f"{name!r} is a {level} Optimus pass of the built-in but optimus_eq does not implement it yet; "
+                f"implemented at {level}: {sorted(ours)}")
+        if name in upstream_names(other) or name in registry:
+            raise ValueError(f"{name!r} is not a {level} pass (it belongs in {other}_fusion_options)")
+        raise ValueError(f"unknown pass {name!r} in {key}; valid names: {sorted(ours | upstream)}")
+    chosen = set(fusion_options)
+    for name in fusion_options:
+        chosen |= {n for n in UPSTREAM_SCOPE.get(name, ()) if n in ours}
+    return [replace(p, options={**p.options, **fusion_options.get(p.name, {})})
+            for p in registry if level in p.levels and p.name in chosen]
+
+
+def select_patterns(registry: PatternRegistry, patterns: Iterable[str] | None, level: str, *,
+                    pre_grad_fusion_options: Mapping | None = None,
+                    post_grad_fusion_options: Mapping | None = None) -> list[Pattern]:
+    """The patterns to run at ``level``: from the option dictionary of that level when given, else
+    the names in ``patterns`` (all of ``level`` when None). Both dictionaries are validated, so a bad
+    name fails before any graph is touched.
+
+    Raises:
+        ValueError, TypeError, NotImplementedError: as :func:`select_from_options`; ValueError also
+            when ``patterns`` and the option dictionary of ``level`` are both given.
+    """
+    selections = {}
+    for lv, opts in (("pre_grad", pre_grad_fusion_options), ("post_grad", post_grad_fusion_options)):
+        if opts is not None:
+            selections[lv] = select_from_options(registry, opts, lv)
+    if level in selections:
+        if patterns is not None:
+            raise ValueError(f"give either patterns= or {level}_fusion_options=, not both")
+        return selections[level]
+    return registry.select(patterns, level)

@@ -1,0 +1,151 @@
+"""Option compatibility with the built-in Optimus passes (issue 3, item 3): ``optimize`` and ``backend``
+take ``pre_grad_fusion_options`` / ``post_grad_fusion_options`` in the format of
+``torch._inductor.config``; the keys choose the patterns, the values are stored on them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import optimus_eq
+from conftest import check, dynamo_graph, rand
+from optimus_eq import DEFAULT_REGISTRY
+from optimus_eq.options import (UPSTREAM_POST_GRAD, UPSTREAM_PRE_GRAD, UPSTREAM_SCOPE, select_from_options,
+                                upstream_names)
+
+REGISTERED_PRE = {n for n, levels, _ in optimus_eq.list_patterns() if "pre_grad" in levels}
+REGISTERED_POST = {n for n, levels, _ in optimus_eq.list_patterns() if "post_grad" in levels}
+
+
+def split_cat_then_partial(x, y):
+    """split -> full cat (split_cat_pass's job) and a partial run next to y (merge_getitem_cat_pass's)."""
+    a, b, c, d = torch.split(x, 2, 1)
+    return torch.cat([a, b, c, d], 1) * 2, torch.cat([y, b, c], 1)
+
+
+def test_static_name_lists_cover_the_installed_torch():
+    from torch._inductor.fx_passes import group_batch_fusion, split_cat
+
+    assert set(split_cat.pre_grad_pass_names) | set(group_batch_fusion.PRE_GRAD_FUSIONS) <= set(UPSTREAM_PRE_GRAD)
+    assert set(split_cat.post_grad_pass_names) | set(group_batch_fusion.POST_GRAD_FUSIONS) <= set(UPSTREAM_POST_GRAD)
+
+
+def test_every_registered_optimus_name_is_an_upstream_name_or_ours():
+    """Patterns named like built-in passes use the built-in's level (a pre-grad name is never post-grad)."""
+    for name, levels, _ in optimus_eq.list_patterns():
+        if name in upstream_names("pre_grad"):
+            assert "pre_grad" in levels, name
+        if name in upstream_names("post_grad"):
+            assert "post_grad" in levels, name
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
+def test_options_choose_the_patterns(strategy):
+    x, y = rand(3, 8, seed=0), rand(3, 2, seed=1)
+    only_split_cat = check(split_cat_then_partial, [x, y], strategy,
+                           pre_grad_fusion_options={"split_cat_pass": {}})
+    fired = only_split_cat.report.patterns_fired
+    assert fired["split_cat_pass"] > 0
+    allowed = {"split_cat_pass", *UPSTREAM_SCOPE["split_cat_pass"]}
+    assert set(fired) <= allowed, f"patterns outside the options fired: {dict(fired)}"
+    only_merge = check(split_cat_then_partial, [x, y], strategy, pre_grad_fusion_options={"merge_getitem_cat_pass": {}})
+    assert set(only_merge.report.patterns_fired) == {"merge_getitem_cat_pass"}
+    assert only_merge.report.ops_after["cat"] == 2  # the full run is split_cat_pass' job
+    both = check(split_cat_then_partial, [x, y], strategy,
+                 pre_grad_fusion_options={"normalization_pass": {}, "split_cat_pass": {},
+                                          "merge_getitem_cat_pass": {}})
+    assert both.report.patterns_fired["normalization_pass"] > 0
+    assert both.report.ops_after["cat"] == 1
+    assert both.report.ops_after["narrow"] == 1
+
+
+def test_upstream_scope_selects_the_patterns_that_do_part_of_the_job():
+    chosen = {p.name for p in select_from_options(DEFAULT_REGISTRY, {"unbind_stack_pass": {"counter": 2}}, "pre_grad")}
+    assert chosen == {"unbind_stack_pass"} | {n for n in UPSTREAM_SCOPE["unbind_stack_pass"] if n in DEFAULT_REGISTRY}
+    by_name = {p.name: p for p in select_from_options(DEFAULT_REGISTRY, {"unbind_stack_pass": {"counter": 2}}, "pre_grad")}
+    assert by_name["unbind_stack_pass"].options == {"counter": 2}
+    assert by_name["split_cat_pass"].options == {}
+    for name, implied in UPSTREAM_SCOPE.items():
+        assert name in UPSTREAM_PRE_GRAD
+        assert set(implied) <= set(DEFAULT_REGISTRY.names()), f"{name}: {set(implied) - set(DEFAULT_REGISTRY.names())}"
+
+
+def test_empty_options_choose_no_pattern():
+    c = check(split_cat_then_partial, [rand(3, 8, seed=0), rand(3, 2, seed=1)], "eqsat", pre_grad_fusion_options={})
+    assert not c.report.patterns_fired
+    assert c.report.ops_after["cat"] == 2
+
+
+def test_option_values_are_stored_on_the_selection_not_the_registry():
+    opts = {"split_cat_to_slices_pass": {"threshold_to_cat": 5, "counter": 2}, "split_cat_pass": {}}
+    chosen = select_from_options(DEFAULT_REGISTRY, opts, "pre_grad")
+    names = [p.name for p in chosen]
+    assert names == [n for n in DEFAULT_REGISTRY.names() if n in names]  # registry order
+    assert set(opts) <= set(names)
+    by_name = {p.name: p for p in chosen}
+    assert by_name["split_cat_to_slices_pass"].options == {"threshold_to_cat": 5, "counter": 2}
+    assert by_name["split_cat_to_slices_pass"].rules == DEFAULT_REGISTRY["split_cat_to_slices_pass"].rules
+    assert DEFAULT_REGISTRY["split_cat_to_slices_pass"].options == {}
+
+
+def test_unknown_name_raises_value_error_listing_valid_names():
+    with pytest.raises(ValueError) as info:
+        optimus_eq.optimize(*dynamo_graph(split_cat_then_partial, rand(3, 8), rand(3, 2)),
+                            pre_grad_fusion_options={"split_cat_passs": {}})
+    msg = str(info.value)
+    assert "split_cat_passs" in msg
+    for valid in ("split_cat_pass", "merge_getitem_cat_pass", "batch_linear"):
+        assert valid in msg
+
+
+@pytest.mark.parametrize("name", sorted(set(UPSTREAM_PRE_GRAD) - REGISTERED_PRE))
+def test_upstream_pre_grad_name_not_implemented_raises(name):
+    with pytest.raises(NotImplementedError, match=name):
+        select_from_options(DEFAULT_REGISTRY, {name: {}}, "pre_grad")
+
+
+@pytest.mark.parametrize("name", sorted(set(UPSTREAM_POST_GRAD) - REGISTERED_POST))
+def test_upstream_post_grad_name_not_implemented_raises(name):
+    with pytest.raises(NotImplementedError, match=name):
+        optimus_eq.backend(post_grad_fusion_options={name: {}})
+
+
+@pytest.mark.parametrize("name", sorted(REGISTERED_PRE & set(UPSTREAM_PRE_GRAD)))
+def test_every_implemented_pre_grad_name_is_accepted(name):
+    names = {p.name for p in select_from_options(DEFAULT_REGISTRY, {name: {}}, "pre_grad")}
+    assert names == {name} | {n for n in UPSTREAM_SCOPE.get(name, ()) if n in DEFAULT_REGISTRY}
+
+
+def test_name_of_the_other_level_raises_value_error():
+    with pytest.raises(ValueError, match="pre_grad_fusion_options"):
+        select_from_options(DEFAULT_REGISTRY, {"split_cat_pass": {}}, "post_grad")
+    with pytest.raises(ValueError, match="post_grad_fusion_options"):
+        select_from_options(DEFAULT_REGISTRY, {"batch_aten_add": {}}, "pre_grad")
+
+
+@pytest.mark.parametrize("bad", [["split_cat_pass"], {"split_cat_pass": True}])
+def test_malformed_options_raise_type_error(bad):
+    with pytest.raises(TypeError):
+        select_from_options(DEFAULT_REGISTRY, bad, "pre_grad")
+
+
+def test_patterns_and_options_together_raise():
+    with pytest.raises(ValueError, match="not both"):
+        optimus_eq.optimize(*dynamo_graph(split_cat_then_partial, rand(3, 8), rand(3, 2)),
+                            patterns=["split_cat_pass"], pre_grad_fusion_options={"split_cat_pass": {}})
+
+
+def test_backend_validates_at_construction_and_passes_options():
+    with pytest.raises(ValueError, match="nope"):
+        optimus_eq.backend(pre_grad_fusion_options={"nope": {}})
+    optimus_eq.last_reports.clear()
+    be = optimus_eq.backend("greedy", compile=False, pre_grad_fusion_options={"split_cat_pass": {}})
+    x, y = rand(3, 8, seed=2), rand(3, 2, seed=3)
+    torch._dynamo.reset()
+    out = torch.compile(split_cat_then_partial, backend=be, fullgraph=True)(x, y)
+    ref = split_cat_then_partial(x, y)
+    for a, e in zip(out, ref):
+        torch.testing.assert_close(a, e)
+    report = optimus_eq.last_reports[-1]
+    assert report.patterns_fired["split_cat_pass"] > 0
+    assert set(report.patterns_fired) <= {"split_cat_pass", *UPSTREAM_SCOPE["split_cat_pass"]}
