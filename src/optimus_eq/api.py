@@ -74,6 +74,7 @@ def optimize(
     ilp_seconds: float = 10.0,
     ilp_max_nodes: int = 40_000,
     registry: PatternRegistry = DEFAULT_REGISTRY,
+    pattern_options: dict | None = None,
 ) -> tuple[GraphModule, Report]:
     """Optimize a Torch-IR FX graph with one search strategy over the registered pattern set.
 
@@ -91,13 +92,15 @@ def optimize(
         ilp_seconds: time budget of the ILP extractor, seconds.
         ilp_max_nodes: ``"auto"`` uses the ILP only up to this many reachable e-nodes.
         registry: where patterns are looked up.
+        pattern_options: pattern name -> options of that pattern (horizontal patterns:
+            ``min_fuse_set_size``, ``max_fuse_set_size``, ``max_fuse_search_depth``).
 
     Returns:
         ``(graph, report)``: a new GraphModule with the same inputs and outputs (the input ``gm``
         itself for ``"none"`` or after a fallback) and a :class:`Report`.
 
     Raises:
-        ValueError: for an unknown strategy or pattern name (the message lists the valid ones).
+        ValueError: for an unknown strategy, pattern or option name (the message lists the valid ones).
 
     Any failure inside translation, search, extraction or lowering returns the original graph with
     one warning naming the cause (``report.fallback``); the user's model is never made wrong.
@@ -105,6 +108,8 @@ def optimize(
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; valid: {STRATEGIES}")
     chosen = registry.select(patterns, "pre_grad")
+    pattern_options = dict(pattern_options or {})
+    _check_options(chosen, pattern_options)
     report = Report(strategy=strategy)
     report.ops_before = count_ops(gm)
     report.nodes_before = len(gm.graph.nodes)
@@ -114,7 +119,8 @@ def optimize(
         phases = ["translate"]
         try:
             result = _run(gm, example_inputs, strategy, chosen, limits or Limits(), extractor,
-                          cost_model or GPUCostModel(), ilp_seconds, ilp_max_nodes, registry, report, phases)
+                          cost_model or GPUCostModel(), ilp_seconds, ilp_max_nodes, registry, report, phases,
+                          pattern_options)
         except Exception as exc:  # fail-safe: never break the user's model
             report.fallback = f"{phases[-1]} failed: {type(exc).__name__}: {exc}"
             warnings.warn(f"optimus_eq: {report.fallback}; returning the original graph", stacklevel=2)
@@ -130,6 +136,18 @@ def optimize(
     return result, report
 
 
+def _check_options(chosen, options: dict) -> None:
+    from optimus_eq.horizontal.driver import pattern_options
+
+    by_name = {p.name: p for p in chosen}
+    unknown = [n for n in options if n not in by_name]
+    if unknown:
+        raise ValueError(f"options for pattern(s) not chosen {unknown}; chosen: {sorted(by_name)}")
+    for name in options:
+        if by_name[name].kind == "horizontal":
+            pattern_options(by_name[name], options)
+
+
 def _counters():
     from torch._dynamo.utils import counters
 
@@ -137,7 +155,7 @@ def _counters():
 
 
 def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, ilp_seconds, ilp_max_nodes,
-         registry, report, phases) -> GraphModule:
+         registry, report, phases, pattern_options=None) -> GraphModule:
     from optimus_bridge.lower import lower
     from optimus_bridge.translate import translate
 
@@ -154,7 +172,12 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
     report.times["translate"] = (t1 := time.perf_counter()) - t0
 
     phases.append("search")
-    result = search_mod.search(egraph, patterns, limits)
+    from optimus_eq.horizontal import HorizontalContext, fuse_round
+
+    hctx = HorizontalContext(tr, cost_model, extractor, ilp_seconds, ilp_max_nodes, pattern_options or {})
+    result = search_mod.search(egraph, patterns, limits,
+                               horizontal=lambda eg, ps, destructive: fuse_round(eg, ps, hctx, destructive))
+    report.patterns_fired.update(hctx.fired)
     report.iterations, report.stop_reason = result.iterations, result.stop_reason
     for rule, n in result.rule_matches.items():
         owner = registry.owner_of(rule)

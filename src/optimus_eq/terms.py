@@ -82,6 +82,10 @@ SCHEMA = """
 (relation AConsIn (i64 i64 i64))
 (relation ANilIn (i64))
 (relation ShapeIn (i64 i64))
+(relation UnionIn (i64 i64))
+(relation SubsumeUnaryIn (i64 i64))
+(relation SubsumeBinaryIn (i64 i64 i64))
+(relation SubsumeApplyIn (i64 i64))
 (ruleset load_vec)
 (ruleset load)
 """
@@ -119,6 +123,10 @@ LOAD_RULES = "".join(
 (rule ((AConsIn l x r)) ((union (ArgsOf l) (ACons (NodeOf x) (ArgsOf r)))) :ruleset load)
 (rule ((ANilIn l)) ((union (ArgsOf l) (ANil))) :ruleset load)
 (rule ((ShapeIn i v) (= sv (VecOf v))) ((set (shape (NodeOf i)) sv)) :ruleset load)
+(rule ((UnionIn a b)) ((union (NodeOf a) (NodeOf b))) :ruleset load)
+(rule ((SubsumeUnaryIn k x)) ((subsume (Unary k (NodeOf x)))) :ruleset load)
+(rule ((SubsumeBinaryIn k x y)) ((subsume (Binary k (NodeOf x) (NodeOf y)))) :ruleset load)
+(rule ((SubsumeApplyIn k a)) ((subsume (Apply k (ArgsOf a)))) :ruleset load)
 """
 
 #: Constructors of the e-graph that denote program terms (everything else in a serialized e-graph is

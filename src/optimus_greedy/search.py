@@ -17,10 +17,19 @@ from optimus_eq.patterns.registry import Pattern
 SUBSUME = True
 
 
-def search(egraph: EGraph, patterns: Sequence[Pattern], limits: Limits) -> SearchResult:
-    """Run each pattern's pass to its fixpoint, in order, destructively."""
+def search(egraph: EGraph, patterns: Sequence[Pattern], limits: Limits, horizontal=None) -> SearchResult:
+    """Run each pattern's pass to its fixpoint, in order, destructively.
+
+    A horizontal pattern's pass is ``horizontal(egraph, [pattern], True)``
+    (:func:`optimus_eq.horizontal.fuse_round`): its groups are fused at once, the originals removed.
+    """
     result = SearchResult()
     for p in patterns:
+        if p.kind == "horizontal":
+            if horizontal is not None:
+                egraph.run("(saturate (run analysis))", result)
+                horizontal(egraph, [p], SUBSUME)
+            continue
         if not p.rules:
             continue
         egraph.saturate(f"(seq (saturate (run analysis)) (run {ruleset_name(p)}))", limits, result)
