@@ -264,17 +264,17 @@ def build_layer_norm(w, members) -> None:
     Y = w.apply(ln, [X], out)
     bshape = (n,) + (1,) * (len(xs) - len(ns)) + ns
 
-    def stacked(i):
-        return cast(w.reshape(w.stack([w.handle(m.inputs[i]) for m in members], ns), bshape), bshape, t, c)
+    def stacked(i):  # left in the input dtype: type promotion computes the affine in float32 exactly
+        return w.reshape(w.stack([w.handle(m.inputs[i]) for m in members], ns), bshape)
 
     if wt is not None and b is not None:
-        key = w.key("addcmul", _recipe("addcmul", torch.addcmul, _slots(3)), ((c, c, c), c))
+        key = w.key("addcmul", _recipe("addcmul", torch.addcmul, _slots(3)), ((t, c, t), c))
         Y = w.apply(key, [stacked(b), Y, stacked(wt)], out)
     elif wt is not None:
-        key = w.key("mul", _recipe("mul", torch.mul, _slots(2)), ((c, c), c))
+        key = w.key("mul", _recipe("mul", torch.mul, _slots(2)), ((c, t), c))
         Y = w.apply(key, [Y, stacked(wt)], out)
     elif b is not None:
-        key = w.key("add", _recipe("add", torch.add, _slots(2)), ((c, c), c))
+        key = w.key("add", _recipe("add", torch.add, _slots(2)), ((c, t), c))
         Y = w.apply(key, [Y, stacked(b)], out)
     Y = cast(Y, out, c, t)
     for i, m in enumerate(members):
