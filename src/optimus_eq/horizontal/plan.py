@@ -188,7 +188,23 @@ class PlanGraph:
                 keys[c] = k
             return keys[c]
 
-        roots = list(reversed(list(nx.topological_sort(self.g))))
+        # only keys with enough candidates matter, and only roots within reach of such candidates
+        count: dict = {}
+        for c in self.g:
+            k = None if c in fused else key_of(c)
+            if k is not None:
+                count[k] = count.get(k, 0) + 1
+        viable = {k for k, n in count.items() if n >= options["min_fuse_set_size"]}
+        if not viable:
+            return
+        near = {c for c in self.g if c not in fused and keys.get(c) in viable}
+        frontier = list(near)
+        for _ in range(depth if depth is not None else len(self.g)):
+            frontier = [s for c in frontier for s in self.g.successors(c) if s not in near]
+            if not frontier:
+                break
+            near.update(frontier)
+        roots = [c for c in reversed(list(nx.topological_sort(self.g))) if c in near]
         for root in roots:
             found: dict = {}
             seen = {root}
@@ -200,7 +216,8 @@ class PlanGraph:
                     continue
                 k = key_of(c)
                 if k is not None:
-                    found.setdefault(k, []).append(c)
+                    if k in viable:
+                        found.setdefault(k, []).append(c)
                 elif depth is None or d < depth:
                     for p in self.g.predecessors(c):
                         if p not in seen:
