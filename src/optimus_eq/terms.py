@@ -103,6 +103,8 @@ MOVEPERM_ROWS = "".join(
 )
 
 #: Rules that build terms from the bridge's integer rows (one pass of ``load_vec``, then of ``load``).
+#: ``UnionIn(a, b)`` joins the classes of two handles (a horizontal fusion's alternative and its member);
+#: ``Subsume{Unary,Binary,Apply}In`` remove one e-node (greedy's destructive horizontal fusion).
 LOAD_RULES = "".join(
     f"(rule ((Vec{k}In v {' '.join(f'a{i}' for i in range(k))})) "
     f"((set (VecOf v) (vec-of {' '.join(f'a{i}' for i in range(k))}))) :ruleset load_vec)\n"
