@@ -23,6 +23,7 @@ candidate.
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -86,6 +87,9 @@ class PlanGraph:
         self.g = nx.DiGraph()
         self._members: dict = {}
         self._fresh = 0
+        self._pos: dict | None = None   # topological positions (see _positions)
+        self._seq: list = []
+        self._keys: list = []
         nodes = view.nodes
         for c, nid in choice.items():
             en = nodes[nid]
@@ -204,7 +208,11 @@ class PlanGraph:
             if not frontier:
                 break
             near.update(frontier)
-        roots = [c for c in reversed(list(nx.topological_sort(self.g))) if c in near]
+        # a root with one input finds a subset of what that input finds (plus the input itself, a group of
+        # one): searching from join points (two or more inputs) and the output finds the same groups
+        self._positions()
+        indeg = self.g.in_degree
+        roots = [c for c in reversed(self._seq) if c in near and indeg(c) >= 2]
         for root in roots:
             found: dict = {}
             seen = {root}
@@ -232,9 +240,9 @@ class PlanGraph:
         lo, hi = options["min_fuse_set_size"], options["max_fuse_set_size"]
         remaining = [c for c in cands if c not in fused]
         while len(remaining) >= lo:
-            order = {c: i for i, c in enumerate(nx.topological_sort(self.g))}
-            remaining.sort(key=order.__getitem__)
-            anc = self._ancestor_bits(remaining, order)
+            pos = self._positions()
+            remaining.sort(key=pos.__getitem__)
+            anc = self._ancestor_bits(remaining, pos)
             subset, taken, rest = [], 0, []
             for i, c in enumerate(remaining):
                 if len(subset) < hi and not (anc[c] & taken):
@@ -246,14 +254,25 @@ class PlanGraph:
                 yield [self.member(c) for c in subset]
             remaining = [c for c in rest if c not in fused]
 
-    def _ancestor_bits(self, cands: list, order: dict) -> dict:
-        """For each candidate, the bitset of the candidates it depends on (one topological pass)."""
+    # -- topological positions, kept up to date as fused ops are added ----------------------------------
+    def _positions(self) -> dict:
+        """Node -> position in a topological order (floats; fused ops get positions between others)."""
+        if self._pos is None:
+            self._seq = list(nx.topological_sort(self.g))
+            self._pos = {v: float(i) for i, v in enumerate(self._seq)}
+            self._keys = list(range(len(self._seq)))
+        return self._pos
+
+    def _ancestor_bits(self, cands: list, pos: dict) -> dict:
+        """For each candidate, the bitset of the candidates it depends on: one pass, in topological order,
+        over the nodes between the first and the last candidate (nothing before the first can depend on a
+        candidate)."""
         bit = {c: 1 << i for i, c in enumerate(cands)}
-        first = min(order[c] for c in cands)
-        last = max(order[c] for c in cands)
+        first = bisect.bisect_left(self._keys, pos[cands[0]])
+        last = bisect.bisect_right(self._keys, pos[cands[-1]])
         anc: dict = {}
         pred = self.g.pred
-        for v in sorted((v for v, i in order.items() if first <= i <= last), key=order.__getitem__):
+        for v in self._seq[first:last]:
             a = 0
             for u in pred[v]:
                 a |= anc.get(u, 0) | bit.get(u, 0)
@@ -265,7 +284,21 @@ class PlanGraph:
         f = ("fused", self._fresh)
         self._fresh += 1
         self.g.add_node(f)
+        preds = {u for m in members for u in self.g.predecessors(m.cls)}
+        for u in preds:
+            self.g.add_edge(u, f)
         for m in members:
-            for u in list(self.g.predecessors(m.cls)):
-                self.g.add_edge(u, f)
             self.g.add_edge(f, m.cls)
+        if self._pos is None:
+            return
+        lo = max((self._pos[u] for u in preds), default=-1.0)
+        hi = min(self._pos[m.cls] for m in members)
+        if lo < hi:  # a slot between its inputs and its first member: keep the order, no re-sort
+            p = (lo + hi) / 2 if hi - lo > 1e-9 else None
+            if p is not None:
+                i = bisect.bisect_left(self._keys, p)
+                self._keys.insert(i, p)
+                self._seq.insert(i, f)
+                self._pos[f] = p
+                return
+        self._pos = None  # an input comes after a member: sort again when next needed
