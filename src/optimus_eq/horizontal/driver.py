@@ -35,6 +35,8 @@ class HorizontalContext:
         options: pattern name -> option overrides (``min_fuse_set_size``, ...).
         fired: pattern name -> groups fused (greedy) or fused alternatives added (eqsat).
         members: pattern name -> ops in those groups.
+        plan: ``(view, extraction)`` of the last plan (the final extraction reuses it when no group was
+            added after it).
     """
 
     tr: object
@@ -46,6 +48,7 @@ class HorizontalContext:
     fired: Counter = field(default_factory=Counter)
     members: Counter = field(default_factory=Counter)
     alloc: IdAlloc | None = None
+    plan: tuple | None = None
 
 
 def pattern_options(pattern, overrides: dict) -> dict:
@@ -76,6 +79,7 @@ def plan_of(egraph, ctx: HorizontalContext):
               if en.op in ("Leaf", "Apply") and en.literals and en.literals[0] in tr.opaque_keys}
     ex = extract(view, roots, forced, ctx.cost_model, method=ctx.extractor, seconds=ctx.ilp_seconds,
                  ilp_max_nodes=ctx.ilp_max_nodes)
+    ctx.plan = (view, ex)
     out_node = next(n for n in reversed(tr.gm.graph.nodes) if n.op == "output")
     outputs = {view.node_of[tr.node_id[a]] for a in out_node.all_input_nodes if a in tr.node_id}
     contiguous: dict = {}
