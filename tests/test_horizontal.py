@@ -21,6 +21,8 @@ from optimus_eq.patterns import PatternRegistry
 
 HORIZONTAL = ["batch_linear_lhs", "batch_linear", "batch_layernorm", "batch_tanh", "batch_sigmoid", "batch_relu",
               "batch_detach", "batch_nan_to_num", "batch_clamp", "batch_dropout"]
+#: groups from 2 members (the default is upstream's 5)
+SMALL = {"pattern_options": {name: {"min_fuse_set_size": 2} for name in HORIZONTAL}}
 
 
 def test_the_ten_patterns_are_registered_as_horizontal_pre_grad():
@@ -54,7 +56,7 @@ def test_pointwise_group_per_dtype(name, strategy):
         return [op(t) * (i + 1) for i, t in enumerate((a, b, c, d, e, g))]
 
     xs = [rand(3, 4, seed=i) for i in range(3)] + [rand(3, 4, dtype=torch.bfloat16, seed=10 + i) for i in range(3)]
-    r = check(f, xs, strategy).report
+    r = check(f, xs, strategy, **SMALL).report
     assert r.patterns_fired[name] == 2, dict(r.patterns_fired)  # one group per dtype
     assert r.ops_before[kind] == 6 and r.ops_after[kind] == 2, dict(r.ops_after)
     assert r.ops_after["stack"] == 2
@@ -64,7 +66,7 @@ def test_detach_group(strategy):
     def f(a, b, c, d):
         return [t * 2 + t.detach() for t in (a, b, c, d)]
 
-    r = check(f, [rand(2, 5, seed=i) for i in range(4)], strategy).report
+    r = check(f, [rand(2, 5, seed=i) for i in range(4)], strategy, **SMALL).report
     assert r.patterns_fired["batch_detach"] == 1
     assert r.ops_after["detach"] == 1
 
@@ -73,7 +75,7 @@ def test_detach_outputs_are_left_alone(strategy):
     def f(a, b, c):
         return a.detach(), b.detach(), c.detach()
 
-    r = check(f, [rand(2, 5, seed=i) for i in range(3)], strategy).report
+    r = check(f, [rand(2, 5, seed=i) for i in range(3)], strategy, **SMALL).report
     assert "batch_detach" not in r.patterns_fired  # eager's detach aliases its input
 
 
@@ -83,7 +85,7 @@ def test_shapes_and_attributes_split_groups(strategy):
                 + [torch.clamp(t, 0, 1) * 2 for t in (h, i, j)])  # h, i, j: another shape
 
     xs = [rand(2, 3, seed=i) for i in range(6)] + [rand(3, 3, seed=7 + i) for i in range(3)]
-    r = check(f, xs, strategy).report
+    r = check(f, xs, strategy, **SMALL).report
     assert r.patterns_fired["batch_clamp"] == 3
     assert r.ops_after["clamp"] == 3
 
@@ -95,7 +97,7 @@ def test_dependent_ops_never_share_a_group(strategy):
         t3 = torch.tanh(b)
         return t2 + t3, t1
 
-    r = check(f, [rand(3, 4, seed=0), rand(3, 4, seed=1)], strategy).report
+    r = check(f, [rand(3, 4, seed=0), rand(3, 4, seed=1)], strategy, **SMALL).report
     assert r.patterns_fired["batch_tanh"] == 1
     # greedy fuses {t1, t3} (t2 alone); eqsat may find two tanh cheaper than a stack and one tanh
     assert r.ops_after["tanh"] == 2 if strategy == "greedy" else r.ops_after["tanh"] in (2, 3)
@@ -111,7 +113,7 @@ def test_opaque_order_is_a_dependency(strategy):
         t2 = torch.tanh(c2)
         return c1, t2
 
-    r = check(f, [rand(3, 4, seed=0), rand(3, 4, seed=1)], strategy).report
+    r = check(f, [rand(3, 4, seed=0), rand(3, 4, seed=1)], strategy, **SMALL).report
     assert "batch_tanh" not in r.patterns_fired
     assert r.ops_after["tanh"] == 2
 
@@ -170,7 +172,7 @@ def test_batch_linear_lhs_shared_input(strategy):
     def f(x):
         return [m(x).sigmoid() * (i + 1) for i, m in enumerate(x_mods)]
 
-    r = check(f, [rand(3, 6)], strategy).report
+    r = check(f, [rand(3, 6)], strategy, **SMALL).report
     assert r.patterns_fired["batch_linear_lhs"] == 1
     assert r.ops_after["linear"] == 1
     assert "batch_linear" not in r.patterns_fired  # the lhs group took them first
@@ -183,7 +185,7 @@ def test_linear_lhs_narrow_outputs_keep_eager_strides(strategy):
         a, b, c = (m(x) for m in x_mods)
         return a, b.view(-1) * 2, c  # outputs: contiguous like eager's; .view(-1) downstream works
 
-    r = check(f, [rand(4, 6)], strategy).report
+    r = check(f, [rand(4, 6)], strategy, **SMALL).report
     assert r.patterns_fired["batch_linear_lhs"] == 1
 
 
@@ -211,7 +213,7 @@ def test_layernorm_eps_splits_groups(strategy):
     def f(a, b, c, d, e, g):
         return [F.layer_norm(t, (6,), eps=1e-5 if i < 3 else 1e-3) for i, t in enumerate((a, b, c, d, e, g))]
 
-    r = check(f, [rand(2, 6, seed=i) for i in range(6)], strategy).report
+    r = check(f, [rand(2, 6, seed=i) for i in range(6)], strategy, **SMALL).report
     assert r.patterns_fired["batch_layernorm"] == 2
     assert r.ops_after["layer_norm"] == 2
 
@@ -227,7 +229,7 @@ def test_mutated_member_output_stays_and_the_rest_fuse(strategy):
         ys[1].view(-1)[:3].add_(1)
         return [y * (i + 1) for i, y in enumerate(ys)]
 
-    r = check(f, [rand(2, 4, seed=i) for i in range(5)], strategy).report
+    r = check(f, [rand(2, 4, seed=i) for i in range(5)], strategy, **SMALL).report
     assert r.patterns_fired["batch_clamp"] == 1
     assert r.ops_after["clamp"] == 3  # two frozen + one fused
 
@@ -237,7 +239,7 @@ def test_view_downstream_of_fused_member(strategy):
         ys = [torch.tanh(t) for t in (a, b, c)]
         return [y.view(-1) * 2 for y in ys] + [ys[0].view(2, 6)]
 
-    r = check(f, [rand(3, 4, seed=i) for i in range(3)], strategy).report
+    r = check(f, [rand(3, 4, seed=i) for i in range(3)], strategy, **SMALL).report
     assert r.patterns_fired["batch_tanh"] == 1
 
 
@@ -247,7 +249,7 @@ def test_fused_outputs_do_not_alias_each_other(strategy):
     def f(a, b, c):
         return torch.relu(a), torch.relu(b), torch.relu(c)
 
-    c = check(f, [rand(3, 4, seed=i) for i in range(3)], strategy)
+    c = check(f, [rand(3, 4, seed=i) for i in range(3)], strategy, **SMALL)
     outs = c.outputs
     before = [o.detach().clone() for o in outs]
     with torch.no_grad():
@@ -260,7 +262,7 @@ def test_non_contiguous_eager_outputs_are_not_fused(strategy):
     def f(a, b, c):
         return [torch.tanh(t.t()) for t in (a, b, c)]
 
-    r = check(f, [rand(3, 4, seed=i) for i in range(3)], strategy).report
+    r = check(f, [rand(3, 4, seed=i) for i in range(3)], strategy, **SMALL).report
     assert "batch_tanh" not in r.patterns_fired
 
 
@@ -280,7 +282,7 @@ def test_batch_dropout_in_distribution(strategy, p):
     own mask; gradients are the mask / (1 - p), consistent with the output."""
     f, xs = _dropout_graph(p)
     gm, example = dynamo_graph(f, *xs)
-    gm2, r = optimus_eq.optimize(gm, example, strategy=strategy)
+    gm2, r = optimus_eq.optimize(gm, example, strategy=strategy, **SMALL)
     assert r.fallback is None and r.patterns_fired["batch_dropout"] == 1
     assert r.ops_after["dropout"] == 1
     ins = [x.clone().requires_grad_(True) for x in xs]
@@ -303,7 +305,7 @@ def test_dropout_with_fallback_random_is_left_alone(strategy):
     f, xs = _dropout_graph(0.5)
     gm, example = dynamo_graph(f, *xs)
     with inductor_config.patch(fallback_random=True):
-        gm2, r = optimus_eq.optimize(gm, example, strategy=strategy)
+        gm2, r = optimus_eq.optimize(gm, example, strategy=strategy, **SMALL)
     assert "batch_dropout" not in r.patterns_fired and r.ops_after["dropout"] == 4
 
 
@@ -315,9 +317,12 @@ def _tanh4(a, b, c, d):
 
 def test_min_and_max_fuse_set_size(strategy):
     xs = [rand(2, 3, seed=i) for i in range(4)]
-    r = check(_tanh4, xs, strategy, pattern_options={"batch_tanh": {"min_fuse_set_size": 5}}).report
+    r = check(_tanh4, xs, strategy).report  # upstream's default: groups of 5 or more
     assert "batch_tanh" not in r.patterns_fired and r.ops_after["tanh"] == 4
-    r = check(_tanh4, xs, strategy, pattern_options={"batch_tanh": {"max_fuse_set_size": 2}}).report
+    r = check(_tanh4, xs, strategy, pattern_options={"batch_tanh": {"min_fuse_set_size": 4}}).report
+    assert r.patterns_fired["batch_tanh"] == 1 and r.ops_after["tanh"] == 1
+    r = check(_tanh4, xs, strategy,
+              pattern_options={"batch_tanh": {"min_fuse_set_size": 2, "max_fuse_set_size": 2}}).report
     assert r.patterns_fired["batch_tanh"] == 2 and r.ops_after["tanh"] == 2
 
 
@@ -331,7 +336,7 @@ def test_firings_reach_dynamo_counters(strategy):
     from torch._dynamo.utils import counters
 
     counters["optimus_eq"].clear()
-    check(_tanh4, [rand(2, 3, seed=i) for i in range(4)], strategy)
+    check(_tanh4, [rand(2, 3, seed=i) for i in range(4)], strategy, **SMALL)
     assert counters["optimus_eq"]["batch_tanh"] == 1
 
 
@@ -359,7 +364,7 @@ def _batch_sub_pattern(name="batch_sub_alpha"):
         return ("sub", m.signature, m.types, m.shape)  # the signature holds alpha
 
     return HorizontalPattern(name=name, levels=("pre_grad",), doc="sub(x_i, y_i, alpha) => stacked sub",
-                             group_key=key, build=builders.build_pointwise)
+                             group_key=key, build=builders.build_pointwise, options={"min_fuse_set_size": 2})
 
 
 def test_user_registered_horizontal_pattern_sub_with_alpha(strategy):

@@ -12,7 +12,7 @@ torch.compile use::
 
 from optimus_eq.api import STRATEGIES, count_ops, last_reports, optimize
 from optimus_eq.egraph import Limits
-from optimus_eq.patterns import DEFAULT_REGISTRY, Pattern, Rule
+from optimus_eq.patterns import DEFAULT_REGISTRY, HorizontalPattern, Pattern, Rule
 from optimus_eq.report import Report
 
 
@@ -31,5 +31,6 @@ def list_patterns() -> list[tuple[str, tuple[str, ...], str]]:
     return [(p.name, p.levels, p.kind) for p in DEFAULT_REGISTRY]
 
 
-__all__ = ["STRATEGIES", "DEFAULT_REGISTRY", "Limits", "Pattern", "Report", "Rule", "backend", "count_ops",
+__all__ = ["STRATEGIES", "DEFAULT_REGISTRY", "HorizontalPattern", "Limits", "Pattern", "Report", "Rule", "backend",
+           "count_ops",
            "last_reports", "list_patterns", "optimize"]

@@ -186,19 +186,16 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
     report.times["search"] = (t2 := time.perf_counter()) - t1
 
     phases.append("extract")
-    if strategy == "eqsat" and hctx.plan is not None and not hctx.fired:
-        view, ex = hctx.plan  # no group was added after the plan was extracted: the e-graph is the same
-    else:
-        view = EGraphView.from_egraph(egraph)
-        if view.inconsistent:
-            raise RuntimeError(f"inconsistent e-graph after search ({view.inconsistent[0]})")
-        root_nodes = list(dict.fromkeys(tr.roots))
-        roots = list(dict.fromkeys(view.node_of[tr.node_id[n]] for n in root_nodes))
-        forced = {nid for nid, en in view.nodes.items()
-                  if en.op in ("Leaf", "Apply") and en.literals and en.literals[0] in tr.opaque_keys}
-        ex = extract(view, roots, forced, cost_model, method=extractor, seconds=ilp_seconds,
-                     ilp_max_nodes=ilp_max_nodes)
+    view = EGraphView.from_egraph(egraph)
+    if view.inconsistent:
+        raise RuntimeError(f"inconsistent e-graph after search ({view.inconsistent[0]})")
     report.egraph_nodes, report.egraph_classes = len(view.nodes), len(view.classes)
+    root_nodes = list(dict.fromkeys(tr.roots))
+    roots = list(dict.fromkeys(view.node_of[tr.node_id[n]] for n in root_nodes))
+    forced = {nid for nid, en in view.nodes.items()
+              if en.op in ("Leaf", "Apply") and en.literals and en.literals[0] in tr.opaque_keys}
+    ex = extract(view, roots, forced, cost_model, method=extractor, seconds=ilp_seconds,
+                 ilp_max_nodes=ilp_max_nodes)
     report.extractor, report.extract_note, report.cost_after = ex.method, ex.note, ex.dag_cost
     report.times["extract"] = (t3 := time.perf_counter()) - t2
 

@@ -20,9 +20,10 @@ from optimus_eq.cost import GPUCostModel
 from optimus_eq.horizontal.plan import PlanGraph
 from optimus_eq.horizontal.rows import IdAlloc, RowWriter
 
-#: Options of every horizontal pattern (Optimus' graph_search_options names). Upstream's module defaults
-#: are min 5 / max 300 / depth 5; we fuse from 2 members (the cost model decides in eqsat).
-DEFAULT_OPTIONS = {"min_fuse_set_size": 2, "max_fuse_set_size": 300, "max_fuse_search_depth": 5}
+#: Options of every horizontal pattern: Optimus' graph_search_options names and upstream's defaults
+#: (group_batch_fusion.py: MIN_FUSE_SET_SIZE 5, MAX_FUSE_SET_SIZE 300, MAX_FUSE_SEARCH_DEPTH 5), so a user's
+#: pre_grad_fusion_options mean the same here. Smaller groups: ``{"min_fuse_set_size": 2}``.
+DEFAULT_OPTIONS = {"min_fuse_set_size": 5, "max_fuse_set_size": 300, "max_fuse_search_depth": 5}
 
 
 @dataclass
@@ -35,8 +36,6 @@ class HorizontalContext:
         options: pattern name -> option overrides (``min_fuse_set_size``, ...).
         fired: pattern name -> groups fused (greedy) or fused alternatives added (eqsat).
         members: pattern name -> ops in those groups.
-        plan: ``(view, extraction)`` of the last plan (the final extraction reuses it when no group was
-            added after it).
     """
 
     tr: object
@@ -48,7 +47,6 @@ class HorizontalContext:
     fired: Counter = field(default_factory=Counter)
     members: Counter = field(default_factory=Counter)
     alloc: IdAlloc | None = None
-    plan: tuple | None = None
 
 
 def pattern_options(pattern, overrides: dict) -> dict:
@@ -79,7 +77,6 @@ def plan_of(egraph, ctx: HorizontalContext):
               if en.op in ("Leaf", "Apply") and en.literals and en.literals[0] in tr.opaque_keys}
     ex = extract(view, roots, forced, ctx.cost_model, method=ctx.extractor, seconds=ctx.ilp_seconds,
                  ilp_max_nodes=ctx.ilp_max_nodes)
-    ctx.plan = (view, ex)
     out_node = next(n for n in reversed(tr.gm.graph.nodes) if n.op == "output")
     outputs = {view.node_of[tr.node_id[a]] for a in out_node.all_input_nodes if a in tr.node_id}
     contiguous: dict = {}

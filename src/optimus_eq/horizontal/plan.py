@@ -66,7 +66,8 @@ class Member:
 def _target_text(target) -> str:
     if isinstance(target, str):
         return target
-    return f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', getattr(target, '__name__', repr(target)))}"
+    name = getattr(target, "__qualname__", getattr(target, "__name__", repr(target)))
+    return f"{getattr(target, '__module__', '')}.{name}"
 
 
 class PlanGraph:
