@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 import optimus_eq
 from conftest import STRATEGIES, check, junk_after
+from horizontal_cases import CASES as HORIZONTAL_CASES
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -405,6 +406,7 @@ CASES = {
     "split_cat_to_slices_pass": split_cat_to_slices_case,
     "mutate_cat_pass": mutate_cat_case,
 }
+CASES.update(HORIZONTAL_CASES)  # tests/horizontal_cases.py
 
 # post-grad-only patterns have their cases in tests/test_aten.py (Aten-IR graphs)
 REGISTERED = [name for name, levels, _ in optimus_eq.list_patterns() if "pre_grad" in levels]

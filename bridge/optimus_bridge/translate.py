@@ -75,6 +75,9 @@ class Translation:
         frozen: nodes left opaque because of in-place mutation or a global-state region.
         barriers: first global-state change -> term nodes computed before it and used after it.
         symbolic: nodes left opaque because of symbolic sizes.
+        types: pure op key id -> ``(((dtype, device) of each tensor input), (dtype, device) of the output)``
+            as strings; part of the key, so fp32 and bf16 ops never share a key (horizontal fusion groups
+            by it).
     """
 
     gm: GraphModule
@@ -90,6 +93,7 @@ class Translation:
     frozen: set[Node] = field(default_factory=set)
     barriers: dict[Node, list[Node]] = field(default_factory=dict)
     symbolic: int = 0
+    types: dict[int, tuple] = field(default_factory=dict)
 
 
 # -- meta helpers --------------------------------------------------------------------------------
@@ -400,7 +404,11 @@ class Translator:
                 training = _arg(node, 2, "train", True)
             if training is False or p == 0:
                 return xv
-            raise Unsupported("dropout in training mode is random")
+            if _fallback_random():  # the user wants eager's random stream
+                raise Unsupported("dropout in training mode with fallback_random")
+            # random: a term with a key of its own (never merged with another dropout), which
+            # batch_dropout may fuse (docs/DESIGN.md, "Horizontal fusion": random streams)
+            return self._pure(node, name, val, unique=True)
         if name in self.vocab.UNARY_OPS or name in self.vocab.ARITH_OPS or name in self.vocab.APPLY_OPS:
             return self._pure(node, name, val)
         raise Unsupported(name)
@@ -505,13 +513,18 @@ class Translator:
             elems = [self._new("UnsqueezeIn", e, dim) for e in elems]
         return self._new("CatIn", self._list(dim, elems))
 
-    def _pure(self, node: Node, name: str, val) -> int:
-        """Unary / Binary / Apply of a deterministic op; its key names the op and its constant args."""
+    def _pure(self, node: Node, name: str, val, unique: bool = False) -> int:
+        """Unary / Binary / Apply of a deterministic op; its key names the op, its constant args and the
+        dtypes and devices of its inputs and output. ``unique``: a random op, an ``Apply`` whose key is
+        unique to ``node`` (never merged with another node)."""
         slots: list[int] = []
+        in_types: list[tuple[str, str]] = []
 
         def sub(a):
             if isinstance(a, Node):
                 slots.append(self._term(a))
+                m = meta_val(a)
+                in_types.append((str(m.dtype), str(m.device)) if isinstance(m, torch.Tensor) else ("?", "?"))
                 return Slot(len(slots) - 1)
             if isinstance(a, (list, tuple)):
                 return type(a)(sub(x) for x in a)
@@ -524,13 +537,25 @@ class Translator:
         args, kwargs = sub(tuple(node.args)), sub(dict(node.kwargs))
         if not slots:
             raise Unsupported("no tensor input")
-        key = self._key(f"{name}|{node.op}|{_target_name(node.target)}|{args!r}|{sorted(kwargs.items())!r}")
+        types = (tuple(in_types), (str(val.dtype), str(val.device)))
+        key = self._key(f"{name}|{node.op}|{_target_name(node.target)}|{args!r}|{sorted(kwargs.items())!r}|"
+                        f"{types!r}" + (f"|node:{node.name}" if unique else ""))
         self.t.recipes[key] = Recipe(name, node.op, node.target, args, kwargs)
+        self.t.types[key] = types
+        if unique:
+            return self._new("ApplyIn", key, self._arglist(slots))
         if len(slots) == 1 and (name in self.vocab.UNARY_OPS or name in self.vocab.ARITH_OPS):
             return self._new("UnaryIn", key, slots[0])
         if len(slots) == 2 and name in self.vocab.ARITH_OPS:
             return self._new("BinaryIn", key, slots[0], slots[1])
         return self._new("ApplyIn", key, self._arglist(slots))
+
+
+def _fallback_random() -> bool:
+    """Inductor's ``fallback_random``: the user asked for eager's random numbers, so random ops stay put."""
+    import torch._inductor.config as inductor_config
+
+    return bool(inductor_config.fallback_random)
 
 
 def _target_name(target) -> str:

@@ -17,7 +17,7 @@ Inductor's post-grad hook, for users who set Inductor's config themselves::
 
 from optimus_eq.api import STRATEGIES, count_ops, last_reports, optimize
 from optimus_eq.egraph import Limits
-from optimus_eq.patterns import DEFAULT_REGISTRY, Pattern, Rule
+from optimus_eq.patterns import DEFAULT_REGISTRY, HorizontalPattern, Pattern, Rule
 from optimus_eq.report import Report
 
 
@@ -49,5 +49,5 @@ def list_patterns() -> list[tuple[str, tuple[str, ...], str]]:
     return [(p.name, p.levels, p.kind) for p in DEFAULT_REGISTRY]
 
 
-__all__ = ["STRATEGIES", "DEFAULT_REGISTRY", "Limits", "Pattern", "Report", "Rule", "backend", "count_ops",
-           "last_reports", "list_patterns", "optimize", "post_grad_pass"]
+__all__ = ["STRATEGIES", "DEFAULT_REGISTRY", "HorizontalPattern", "Limits", "Pattern", "Report", "Rule", "backend",
+           "count_ops", "last_reports", "list_patterns", "optimize", "post_grad_pass"]

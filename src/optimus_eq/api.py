@@ -88,6 +88,7 @@ def optimize(
     level: str = "pre_grad",
     pre_grad_fusion_options: dict | None = None,
     post_grad_fusion_options: dict | None = None,
+    pattern_options: dict | None = None,
 ) -> tuple[GraphModule, Report]:
     """Optimize a Torch-IR (or Aten-IR) FX graph with one search strategy over the registered pattern set.
 
@@ -116,13 +117,16 @@ def optimize(
             are stored on them (:mod:`optimus_eq.options`).
         post_grad_fusion_options: likewise for the post-grad level (chooses the patterns when ``level`` is
             ``"post_grad"``); both are validated.
+        pattern_options: pattern name -> options of that pattern (horizontal patterns:
+            ``min_fuse_set_size``, ``max_fuse_set_size``, ``max_fuse_search_depth``).
 
     Returns:
         ``(graph, report)``: a new GraphModule with the same inputs and outputs (the input ``gm``
         itself for ``"none"`` or after a fallback) and a :class:`Report`.
 
     Raises:
-        ValueError: for an unknown strategy, level or pattern name (the message lists the valid ones).
+        ValueError: for an unknown strategy, level, pattern or option name (the message lists the valid
+            ones).
         NotImplementedError: for a built-in Optimus pass name that optimus_eq does not implement yet.
 
     Any failure inside translation, search, extraction or lowering returns the original graph with
@@ -134,8 +138,10 @@ def optimize(
         raise ValueError(f"unknown level {level!r}; valid: {LEVELS}")
     chosen = select_patterns(registry, patterns, level, pre_grad_fusion_options=pre_grad_fusion_options,
                              post_grad_fusion_options=post_grad_fusion_options)
+    pattern_options = dict(pattern_options or {})
+    _check_pattern_options(chosen, pattern_options)
     if strategy != "none":
-        _check_options(strategy, strategy_options or {})
+        _check_strategy_options(strategy, strategy_options or {})
     report = Report(strategy=strategy, level=level)
     report.ops_before = count_ops(gm)
     report.nodes_before = len(gm.graph.nodes)
@@ -146,7 +152,7 @@ def optimize(
         try:
             result = _run(gm, example_inputs, strategy, chosen, limits or Limits(), extractor,
                           cost_model or GPUCostModel(), ilp_seconds, ilp_max_nodes, registry, report, phases,
-                          dict(strategy_options or {}), level)
+                          dict(strategy_options or {}), level, pattern_options)
         except Exception as exc:  # fail-safe: never break the user's model
             report.fallback = f"{phases[-1]} failed: {type(exc).__name__}: {exc}"
             warnings.warn(f"optimus_eq: {report.fallback}; returning the original graph", stacklevel=2)
@@ -162,15 +168,29 @@ def optimize(
     return result, report
 
 
-def _check_options(strategy: str, options: dict) -> None:
+def _check_strategy_options(strategy: str, options: dict) -> None:
     """Raise ValueError for ``strategy_options`` the strategy's search does not take."""
     import inspect
 
     params = inspect.signature(_strategy(strategy).search).parameters
-    valid = [n for n in params if n not in ("egraph", "patterns", "limits", "objective")]
+    valid = [n for n in params if n not in ("egraph", "patterns", "limits", "objective", "horizontal")]
     unknown = [k for k in options if k not in valid]
     if unknown:
         raise ValueError(f"strategy {strategy!r} takes no option(s) {unknown}; valid: {valid}")
+
+
+def _check_pattern_options(chosen, options: dict) -> None:
+    """Raise ValueError for options of patterns not chosen, or option names a pattern does not take
+    (``pattern_options`` here, and options stored on the patterns by ``pre_grad_fusion_options``)."""
+    from optimus_eq.horizontal.driver import pattern_options
+
+    by_name = {p.name: p for p in chosen}
+    unknown = [n for n in options if n not in by_name]
+    if unknown:
+        raise ValueError(f"options for pattern(s) not chosen {unknown}; chosen: {sorted(by_name)}")
+    for p in chosen:
+        if p.kind == "horizontal":
+            pattern_options(p, options)
 
 
 def _counters():
@@ -201,7 +221,7 @@ def _objective(tr, cost_model):
 
 
 def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, ilp_seconds, ilp_max_nodes,
-         registry, report, phases, strategy_options, level="pre_grad") -> GraphModule:
+         registry, report, phases, strategy_options, level="pre_grad", pattern_options=None) -> GraphModule:
     from optimus_bridge.lower import lower
     from optimus_bridge.translate import translate
 
@@ -223,9 +243,17 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
     report.times["translate"] = (t1 := time.perf_counter()) - t0
 
     phases.append("search")
+    from optimus_eq.horizontal import HorizontalContext, fuse_round
+
+    hctx = HorizontalContext(tr, cost_model, extractor, ilp_seconds, ilp_max_nodes, pattern_options or {})
     if getattr(search_mod, "NEEDS_OBJECTIVE", False):
         strategy_options.setdefault("objective", _objective(tr, cost_model))
-    result = search_mod.search(egraph, patterns, limits, **strategy_options)
+    def horizontal(eg, ps, destructive):
+        return fuse_round(eg, ps, hctx, destructive)
+
+    horizontal.reset = lambda: (hctx.fired.clear(), hctx.members.clear())  # searches that backtrack
+    result = search_mod.search(egraph, patterns, limits, **strategy_options, horizontal=horizontal)
+    report.patterns_fired.update(hctx.fired)
     report.iterations, report.stop_reason = result.iterations, result.stop_reason
     for rule, n in result.rule_matches.items():
         owner = registry.owner_of(rule)

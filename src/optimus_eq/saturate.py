@@ -22,10 +22,20 @@ def schedule(patterns: Sequence[Pattern]) -> str:
     return f"(seq (saturate (run analysis)) {runs})"
 
 
-def search(egraph: EGraph, patterns: Sequence[Pattern], limits: Limits) -> SearchResult:
-    """Saturate ``egraph`` with ``patterns`` within ``limits``."""
+def search(egraph: EGraph, patterns: Sequence[Pattern], limits: Limits, horizontal=None) -> SearchResult:
+    """Saturate ``egraph`` with ``patterns`` within ``limits``.
+
+    ``horizontal(egraph, patterns, destructive) -> groups`` (:func:`optimus_eq.horizontal.fuse_round`)
+    adds one fused alternative per horizontal group found on the plan extracted after the first
+    saturation; the vertical rules then saturate again (stacks of slices become views).
+    """
     result = SearchResult()
     egraph.saturate(schedule(patterns), limits, result)
+    groups = [p for p in patterns if p.kind == "horizontal"]
+    if horizontal is not None and groups:
+        egraph.run("(saturate (run analysis))", result)
+        if horizontal(egraph, groups, SUBSUME):
+            egraph.saturate(schedule(patterns), limits, result)
     # leave the analyses consistent for extraction (shapes of the last terms created)
     egraph.run("(saturate (run analysis))", result)
     return result

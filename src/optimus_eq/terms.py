@@ -86,6 +86,10 @@ SCHEMA = """
 (relation AConsIn (i64 i64 i64))
 (relation ANilIn (i64))
 (relation ShapeIn (i64 i64))
+(relation UnionIn (i64 i64))
+(relation SubsumeUnaryIn (i64 i64))
+(relation SubsumeBinaryIn (i64 i64 i64))
+(relation SubsumeApplyIn (i64 i64))
 (ruleset load_vec)
 (ruleset load)
 """
@@ -103,6 +107,8 @@ MOVEPERM_ROWS = "".join(
 )
 
 #: Rules that build terms from the bridge's integer rows (one pass of ``load_vec``, then of ``load``).
+#: ``UnionIn(a, b)`` joins the classes of two handles (a horizontal fusion's alternative and its member);
+#: ``Subsume{Unary,Binary,Apply}In`` remove one e-node (greedy's destructive horizontal fusion).
 LOAD_RULES = "".join(
     f"(rule ((Vec{k}In v {' '.join(f'a{i}' for i in range(k))})) "
     f"((set (VecOf v) (vec-of {' '.join(f'a{i}' for i in range(k))}))) :ruleset load_vec)\n"
@@ -123,6 +129,10 @@ LOAD_RULES = "".join(
 (rule ((AConsIn l x r)) ((union (ArgsOf l) (ACons (NodeOf x) (ArgsOf r)))) :ruleset load)
 (rule ((ANilIn l)) ((union (ArgsOf l) (ANil))) :ruleset load)
 (rule ((ShapeIn i v) (= sv (VecOf v))) ((set (shape (NodeOf i)) sv)) :ruleset load)
+(rule ((UnionIn a b)) ((union (NodeOf a) (NodeOf b))) :ruleset load)
+(rule ((SubsumeUnaryIn k x)) ((subsume (Unary k (NodeOf x)))) :ruleset load)
+(rule ((SubsumeBinaryIn k x y)) ((subsume (Binary k (NodeOf x) (NodeOf y)))) :ruleset load)
+(rule ((SubsumeApplyIn k a)) ((subsume (Apply k (ArgsOf a)))) :ruleset load)
 """
 
 #: Constructors of the e-graph that denote program terms (everything else in a serialized e-graph is

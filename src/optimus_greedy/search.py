@@ -9,6 +9,7 @@ earlier pass, so an opportunity that an earlier pass would have needed is missed
 
 from __future__ import annotations
 
+import itertools
 from typing import Sequence
 
 from optimus_eq.egraph import SATURATED, EGraph, Limits, SearchResult, ruleset_name
@@ -17,10 +18,22 @@ from optimus_eq.patterns.registry import Pattern
 SUBSUME = True
 
 
-def search(egraph: EGraph, patterns: Sequence[Pattern], limits: Limits) -> SearchResult:
-    """Run each pattern's pass to its fixpoint, in order, destructively."""
+def search(egraph: EGraph, patterns: Sequence[Pattern], limits: Limits, horizontal=None) -> SearchResult:
+    """Run each pattern's pass to its fixpoint, in order, destructively.
+
+    A horizontal pattern's pass is ``horizontal(egraph, [pattern], True)``
+    (:func:`optimus_eq.horizontal.fuse_round`): its groups are fused at once, the originals removed.
+    """
     result = SearchResult()
-    for p in patterns:
+    for i, p in enumerate(patterns):
+        if p.kind == "horizontal":
+            # adjacent horizontal passes share one plan: each fused group updates it before the next
+            # pass looks (the same as one plan per pass, without re-extracting)
+            if horizontal is not None and (i == 0 or patterns[i - 1].kind != "horizontal"):
+                run = [q for q in itertools.takewhile(lambda q: q.kind == "horizontal", patterns[i:])]
+                egraph.run("(saturate (run analysis))", result)
+                horizontal(egraph, run, SUBSUME)
+            continue
         if not p.rules:
             continue
         egraph.saturate(f"(seq (saturate (run analysis)) (run {ruleset_name(p)}))", limits, result)

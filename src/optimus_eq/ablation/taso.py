@@ -39,22 +39,25 @@ ALPHA = 1.05
 Objective = Callable[[EGraph], "tuple[float, Hashable]"]
 
 
-def _step(egraph: EGraph, pattern: Pattern, result: SearchResult) -> bool:
-    """Apply ``pattern`` once at all its current matches; True if the e-graph changed."""
+def _step(egraph: EGraph, pattern: Pattern, result: SearchResult, horizontal) -> bool:
+    """Apply ``pattern`` once at all its current matches (a horizontal pattern: fuse every group it finds
+    on the current graph, destructively); True if the e-graph changed."""
     egraph.run("(saturate (run analysis))", SearchResult())
+    if pattern.kind == "horizontal":
+        return bool(horizontal(egraph, [pattern], True))
     return egraph.run(f"(run {ruleset_name(pattern)})", result)
 
 
-def _replay(egraph: EGraph, seq: Sequence[Pattern], result: SearchResult) -> None:
+def _replay(egraph: EGraph, seq: Sequence[Pattern], result: SearchResult, horizontal) -> None:
     """Return the e-graph to the input graph (kept below one ``push``) and apply ``seq``."""
     egraph.pop()
     egraph.push()
     for p in seq:
-        _step(egraph, p, result)
+        _step(egraph, p, result, horizontal)
 
 
 def search(egraph: EGraph, patterns: Sequence[Pattern], limits: Limits, objective: Objective,
-           alpha: float = ALPHA) -> SearchResult:
+           alpha: float = ALPHA, horizontal=None) -> SearchResult:
     """Backtracking search from the graph in ``egraph``; leaves ``egraph`` holding the best graph found.
 
     Args:
@@ -64,6 +67,8 @@ def search(egraph: EGraph, patterns: Sequence[Pattern], limits: Limits, objectiv
             the wall-clock time; ``nodes`` is not used (each state is one graph, it does not grow).
         objective: ``egraph -> (cost in microseconds, fingerprint)`` of the graph the e-graph holds now.
         alpha: relaxation factor (>= 1); 1 makes the search greedy-by-cost with backtracking.
+        horizontal: ``(egraph, [pattern], destructive) -> groups`` (:func:`optimus_eq.horizontal.fuse_round`);
+            each horizontal pattern is then one more substitution (fuse every group it finds).
 
     Returns:
         The :class:`SearchResult`: ``iterations`` = expansions, ``stop_reason``, and ``rule_matches`` of
@@ -74,7 +79,7 @@ def search(egraph: EGraph, patterns: Sequence[Pattern], limits: Limits, objectiv
     """
     if alpha < 1:
         raise ValueError(f"alpha must be >= 1, got {alpha}")
-    steps = [p for p in patterns if p.rules]
+    steps = [p for p in patterns if p.rules or (p.kind == "horizontal" and horizontal is not None)]
     start = time.perf_counter()
     scratch = SearchResult()
     egraph.run("(saturate (run analysis))", scratch)
@@ -98,10 +103,10 @@ def search(egraph: EGraph, patterns: Sequence[Pattern], limits: Limits, objectiv
         if cost > alpha * best_cost:
             continue
         expansions += 1
-        _replay(egraph, seq, scratch)
+        _replay(egraph, seq, scratch, horizontal)
         for p in steps:
             egraph.push()
-            if _step(egraph, p, scratch):
+            if _step(egraph, p, scratch, horizontal):
                 c, fp = objective(egraph)
                 if fp not in seen:
                     seen.add(fp)
@@ -112,7 +117,9 @@ def search(egraph: EGraph, patterns: Sequence[Pattern], limits: Limits, objectiv
                         heapq.heappush(queue, (c, next(tie), child))
             egraph.pop()
     result = SearchResult(iterations=expansions, stop_reason=stop)
-    _replay(egraph, best, result)
+    if horizontal is not None and hasattr(horizontal, "reset"):
+        horizontal.reset()  # count what the best graph's steps fuse, not everything tried
+    _replay(egraph, best, result, horizontal)
     egraph.run("(saturate (run analysis))", SearchResult())
     return result
 

@@ -1,17 +1,20 @@
 """The pattern set, declared once; both strategies read :data:`DEFAULT_REGISTRY`.
 
-Order is the greedy pass order (Optimus' pre-grad order where the passes exist upstream); the post-grad
+Order is the greedy pass order (Optimus' pre-grad order where the passes exist upstream: normalization,
+then the group/batch fusions, then the split/cat passes, as in upstream pre_grad.py); the post-grad
 patterns (:mod:`optimus_eq.patterns.aten`) follow, in Optimus' post-grad order.
 """
 
 from __future__ import annotations
 
 from optimus_eq.patterns import aten, pointwise, split_cat, views
-from optimus_eq.patterns.registry import Pattern, PatternRegistry, Rule
+from optimus_eq.patterns.registry import HorizontalPattern, Pattern, PatternRegistry, Rule
+from optimus_eq.horizontal import patterns as horizontal  # noqa: E402  (imports the registry module above)
 
 DEFAULT_REGISTRY = PatternRegistry()
 for _p in (
     split_cat.normalization_pass,
+    *horizontal.PATTERNS,
     split_cat.remove_split_with_size_one_pass,
     split_cat.merge_splits_pass,
     *views.PATTERNS,
@@ -28,4 +31,4 @@ for _p in (
 ):
     DEFAULT_REGISTRY.register(_p)
 
-__all__ = ["DEFAULT_REGISTRY", "Pattern", "PatternRegistry", "Rule"]
+__all__ = ["DEFAULT_REGISTRY", "HorizontalPattern", "Pattern", "PatternRegistry", "Rule"]

@@ -13,7 +13,7 @@ typo, an unbound variable or a wrong arity fails at import time, not in a user's
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 KINDS = ("vertical", "horizontal", "canonical")
 LEVELS = ("pre_grad", "post_grad")
@@ -59,6 +59,31 @@ class Pattern:
     options: dict = field(default_factory=dict, compare=False)
 
 
+@dataclass(frozen=True)
+class HorizontalPattern(Pattern):
+    """A horizontal fusion: many independent identical ops -> one batched op (kind ``"horizontal"``).
+
+    It has no rewrite rules: :mod:`optimus_eq.horizontal` finds groups on a plan extracted from the
+    e-graph and asks the pattern to build one fused alternative per group.
+
+    Attributes:
+        group_key: ``group_key(member) -> hashable | None`` for a :class:`optimus_eq.horizontal.Member`
+            (one op of the plan); members with equal non-None keys may be fused together. The key must
+            hold everything the fused op depends on (op, constant arguments, shapes, dtypes, devices).
+        build: ``build(writer, members) -> None`` adds the fused op through a
+            :class:`optimus_eq.horizontal.RowWriter` and calls ``writer.union(member, term)`` once per
+            member with the term that equals it.
+        options: ``min_fuse_set_size``, ``max_fuse_set_size``, ``max_fuse_search_depth`` (Optimus'
+            names; defaults in :data:`optimus_eq.horizontal.DEFAULT_OPTIONS`).
+    """
+
+    kind: str = "horizontal"
+    rules: tuple[Rule, ...] = ()
+    doc: str = ""
+    group_key: Callable | None = field(default=None, compare=False)
+    build: Callable | None = field(default=None, compare=False)
+
+
 class PatternRegistry:
     """An ordered collection of patterns; the order is the greedy strategy's pass order.
 
@@ -79,6 +104,10 @@ class PatternRegistry:
         bad = [lv for lv in pattern.levels if lv not in LEVELS]
         if bad or not pattern.levels:
             raise ValueError(f"pattern {pattern.name!r}: levels must be a non-empty subset of {LEVELS}")
+        if pattern.kind == "horizontal" and not (callable(getattr(pattern, "group_key", None))
+                                                 and callable(getattr(pattern, "build", None))):
+            raise ValueError(f"horizontal pattern {pattern.name!r} needs a group_key and a build function "
+                             "(use HorizontalPattern)")
         for rule in pattern.rules:
             if rule.name in self._rule_owner:
                 raise ValueError(f"rule name {rule.name!r} is already used by {self._rule_owner[rule.name]!r}")

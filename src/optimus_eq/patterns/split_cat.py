@@ -121,14 +121,32 @@ def _split_stack_rule(rank: int, dim: int) -> Rule:
     )
 
 
+def _split_stack_other_dim_rule(rank: int, dim: int) -> Rule:
+    """``Unsqueeze(Narrow(x, dim, s, l, n), c)``, c != dim, is a length-1 slice at c of x viewed as
+    [.., n/l, l, ..] with the n/l dim moved to c (stacking along c the pieces x.split(l, dim))."""
+    sizes = [f"(vec-get sh {i})" for i in range(dim)] + ["(/ n l)", "l"] + \
+            [f"(vec-get sh {i})" for i in range(dim + 1, rank)]
+    return Rule(
+        f"split_stack_to_cats/rank{rank}_dim{dim}_other",
+        f"(Unsqueeze (Narrow x {dim} s l n) c)",
+        f"(Narrow (Permute (Reshape x (vec-of {' '.join(sizes)})) p) c (/ s l) 1 (/ n l))",
+        ("(!= c " + str(dim) + ")", "(= sh (shape x))", f"(= (vec-length sh) {rank})", "(> l 0)",
+         "(= (% s l) 0)", "(= (% n l) 0)", f"(= p (MovePerm {rank + 1} {dim} c))"),
+    )
+
+
 split_stack_to_cats_pass = Pattern(
     name="split_stack_to_cats_pass",
     levels=("pre_grad",),
     kind="vertical",
-    rules=tuple(_split_stack_rule(r, d) for r in range(1, MAX_RANK) for d in range(r)),
-    doc="""Equal split pieces stacked along the split dim are slices of an unflattening view.
+    rules=tuple(_split_stack_rule(r, d) for r in range(1, MAX_RANK) for d in range(r))
+    + tuple(_split_stack_other_dim_rule(r, d) for r in range(1, MAX_RANK) for d in range(r)),
+    doc="""Equal split pieces stacked along the split dim are slices of an unflattening view; stacked
+    along another dim, of that view with the pieces' dim moved there.
 
     x: [B, N * D];  torch.stack(torch.split(x, D, 1), 1)  =>  x.view(B, N, D)
+    x: [B, N * D];  torch.stack(torch.split(x, D, 1), 0)  =>  x.view(B, N, D).permute(1, 0, 2)
+    (the second is how the stacked inputs of a batch_linear over split pieces become a view)
     """,
 )
 
@@ -150,12 +168,15 @@ unbind_cat_to_view_pass = Pattern(
             ("(!= c d)", "(= sh (shape x))", "(= p (MovePerm (vec-length sh) d c))"),
         ),
     ),
-    doc="""Unbind pieces concatenated along the unbind dim are slices of a flattening view.
+    doc="""Unbind pieces concatenated along the unbind dim are slices of a flattening view; along another
+    dim c, first x.select(d, i) == x.movedim(d, c).select(c, i).
 
     x: [B, N, D];  torch.cat(torch.unbind(x, 1), 1)  =>  x.reshape(B, N * D)
     (each piece x.select(1, i) is x.reshape(B, N*D)[:, i*D:(i+1)*D]; adjacent slices then merge)
     x: [N, B, D];  torch.cat(torch.unbind(x, 0), 1)  =>  x.permute(1, 0, 2).reshape(B, N * D)
     (along another dim c: x.select(d, i) is x.movedim(d, c).select(c, i), then as above)
+    Y: [N, B, O];  torch.cat(torch.unbind(Y, 0), 1)  =>  Y.permute(1, 0, 2).reshape(B, N * O)
+    (the cat after a batch_linear over split pieces)
     """,
 )
 

@@ -1,0 +1,20 @@
+"""Horizontal fusion: many independent identical ops -> one batched op (DESIGN.md, principle 3).
+
+* :mod:`.plan`: group analysis on an extracted plan (networkx; same op, attributes, shapes, dtypes and
+  devices; mutually independent; Optimus' greedy independent subsets, fuse-set sizes and search depth);
+* :mod:`.builders`: group keys and the fused alternative of each pattern, in the term language;
+* :mod:`.rows`: the rows that insert fused alternatives into the e-graph and join them to the members;
+* :mod:`.driver`: one round (plan -> groups -> rows), used by both strategies;
+* :mod:`.patterns`: the registered patterns (batch_linear, batch_layernorm, batch_tanh, ...).
+
+A user registers a horizontal pattern of their own with a :class:`HorizontalPattern` (a group key and a
+builder) through the same ``register`` call as a vertical one; both strategies use it.
+"""
+
+from optimus_eq.horizontal.driver import DEFAULT_OPTIONS, HorizontalContext, fuse_round
+from optimus_eq.horizontal.plan import Member, PlanGraph
+from optimus_eq.horizontal.rows import RowWriter
+from optimus_eq.patterns.registry import HorizontalPattern
+
+__all__ = ["DEFAULT_OPTIONS", "HorizontalContext", "HorizontalPattern", "Member", "PlanGraph", "RowWriter",
+           "fuse_round"]

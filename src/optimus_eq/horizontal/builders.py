@@ -1,0 +1,281 @@
+"""Group keys and fused-op builders of the horizontal patterns, in the e-graph's own term language.
+
+Every builder adds ONE fused op per group and one view per member that equals it (``writer.union``):
+
+* pointwise (``Unary``/``Binary``/one-input ``Apply``): ``F = f(stack(x_1..x_n))``, ``y_i = F.select(0, i)``;
+* batch_linear: ``Y = baddbmm(stack(b).unsqueeze(1), stack(x), stack(w).permute(0, 2, 1))`` (``bmm``
+  without bias; inputs of rank > 2 flattened to [n, M, in] and outputs viewed back), ``y_i = Y.select(0, i)``;
+* batch_linear_lhs (one input x): ``Y = linear(x, cat(w), cat(b))``, ``y_i = Y.narrow(-1, offset_i, out_i)``;
+* batch_layernorm: ``Y = addcmul(stack(b), layer_norm(stack(x), no affine), stack(w))`` with the stacked
+  weight and bias viewed to broadcast, ``y_i = Y.select(0, i)``; bf16/fp16 are computed in float32 and
+  rounded once, as eager's kernels do (bit-identical results).
+
+The fused ops are pure ``Apply``/``Unary`` terms with a recipe the lowering emits (``torch.bmm``,
+``torch.baddbmm``, ``F.layer_norm``, ``torch.addcmul``, ...). The stacks are ``Cat`` of ``Unsqueeze``, so
+the vertical rules turn a stack of slices of one tensor into a view when the group is saturated again.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from optimus_eq.terms import MAX_RANK
+
+#: Ops whose every call draws fresh random numbers: a fused call gets a key of its own (never merged).
+RANDOM_OPS = frozenset(["dropout"])
+
+LINEAR_PARAMS = ("input", "weight", "bias")
+LAYER_NORM_PARAMS = ("input", "normalized_shape", "weight", "bias", "eps", "cudnn_enable")
+
+
+def bind(recipe, params: tuple[str, ...]) -> dict | None:
+    """The recipe's arguments by parameter name (``Slot`` markers for tensor inputs); None if they do not
+    fit ``params`` (an unknown keyword, a method call)."""
+    if recipe.op != "call_function" or len(recipe.args) > len(params):
+        return None
+    out = dict(zip(params, recipe.args))
+    for k, v in recipe.kwargs.items():
+        if k not in params or k in out:
+            return None
+        out[k] = v
+    return out
+
+
+def _slot(bound: dict, name: str):
+    """The input index bound to ``name`` (a Slot), None when the argument is None/absent, or raises."""
+    from optimus_bridge.translate import Slot
+
+    v = bound.get(name)
+    if v is None:
+        return None
+    if isinstance(v, Slot):
+        return v.index
+    raise ValueError(f"{name} is a constant")
+
+
+def _recipe(name: str, target, args: tuple, kwargs: dict | None = None):
+    from optimus_bridge.translate import Recipe
+
+    return Recipe(name, "call_function", target, args, kwargs or {})
+
+
+def _method(name: str, *consts):
+    from optimus_bridge.translate import Recipe, Slot
+
+    return Recipe(name, "call_method", name, (Slot(0),) + consts, {})
+
+
+def _slots(n: int) -> tuple:
+    from optimus_bridge.translate import Slot
+
+    return tuple(Slot(i) for i in range(n))
+
+
+# -- pointwise ---------------------------------------------------------------------------------------
+
+def pointwise_key(names: frozenset, exclude_outputs: bool = False):
+    """Group key of pointwise ops named ``names`` whose tensor inputs all have the output's shape.
+
+    ``exclude_outputs``: leave graph outputs alone (``detach`` aliases its input in eager; a fused detach
+    would not).
+    """
+
+    def key(m):
+        if m.recipe.name not in names or m.shape is None or not m.inputs:
+            return None
+        if any(s != m.shape for s in m.in_shapes) or len(m.shape) + 1 > MAX_RANK:
+            return None
+        if m.op == "Apply" and len(m.inputs) != 1:
+            return None
+        if exclude_outputs and m.is_output:
+            return None
+        return ("pointwise", m.op, m.signature, m.types, m.shape)
+
+    return key
+
+
+def build_pointwise(w, members) -> None:
+    m0, n = members[0], len(members)
+    out = (n,) + tuple(m0.shape)
+    xs = [w.stack([w.handle(m.inputs[j]) for m in members], m0.shape) for j in range(len(m0.inputs))]
+    if m0.op == "Unary":
+        fused = w.unary(m0.key, xs[0], out)
+    elif m0.op == "Binary":
+        fused = w.binary(m0.key, xs[0], xs[1], out)
+    else:
+        key = m0.key
+        if m0.recipe.name in RANDOM_OPS:  # its own random draw: a key no other term has
+            key = w.key(f"{m0.signature!r}|fused@{w.alloc.term}", m0.recipe, m0.types)
+        fused = w.apply(key, xs, out)
+    for i, m in enumerate(members):
+        w.union(m, w.select(fused, 0, i, n, m0.shape))
+
+
+# -- linear ------------------------------------------------------------------------------------------
+
+def _linear_parts(m):
+    """(x, w, b) input indices of a ``F.linear`` member (b None without bias), or raise."""
+    if m.recipe.name != "linear" or m.op != "Apply":
+        raise ValueError("not a linear")
+    bound = bind(m.recipe, LINEAR_PARAMS)
+    if bound is None:
+        raise ValueError("unknown spelling")
+    x, wt, b = _slot(bound, "input"), _slot(bound, "weight"), _slot(bound, "bias")
+    if x is None or wt is None:
+        raise ValueError("no input or weight")
+    xs, ws = m.in_shapes[x], m.in_shapes[wt]
+    if xs is None or ws is None or len(ws) != 2 or len(xs) < 2 or xs[-1] != ws[1]:
+        raise ValueError("shapes")
+    if b is not None and m.in_shapes[b] != (ws[0],):
+        raise ValueError("bias shape")
+    if len(set(m.types[0])) != 1:
+        raise ValueError("mixed input dtypes")
+    return x, wt, b
+
+
+def linear_key(m):
+    """batch_linear: same input shape, weight shape, bias or not, dtypes and devices."""
+    try:
+        x, wt, b = _linear_parts(m)
+    except ValueError:
+        return None
+    return ("batch_linear", m.in_shapes[x], m.in_shapes[wt], b is not None, m.types)
+
+
+def build_linear(w, members) -> None:
+    m0, n = members[0], len(members)
+    x, wt, b = _linear_parts(m0)
+    xs, (out, inp) = tuple(m0.in_shapes[x]), m0.in_shapes[wt]
+    rows = 1
+    for s in xs[:-1]:
+        rows *= s
+    X = w.stack([w.handle(m.inputs[x]) for m in members], xs)
+    if len(xs) > 2:
+        X = w.reshape(X, (n, rows, inp))
+    W = w.stack([w.handle(m.inputs[wt]) for m in members], (out, inp))
+    W = w.permute(W, (0, 2, 1), (n, inp, out))
+    types = (tuple(m0.types[0][:1] * 3), m0.types[1])
+    if b is None:
+        key = w.key("bmm", _recipe("bmm", torch.bmm, _slots(2)), types)
+        Y = w.apply(key, [X, W], (n, rows, out))
+    else:
+        B = w.stack([w.handle(m.inputs[b]) for m in members], (out,))
+        B = w.unsqueeze(B, 1, (n, 1, out))
+        key = w.key("baddbmm", _recipe("baddbmm", torch.baddbmm, _slots(3)), types)
+        Y = w.apply(key, [B, X, W], (n, rows, out))
+    for i, m in enumerate(members):
+        y = w.select(Y, 0, i, n, (rows, out))
+        if len(xs) > 2:
+            y = w.reshape(y, xs[:-1] + (out,))
+        w.union(m, y)
+
+
+def linear_lhs_key(m):
+    """batch_linear_lhs: linears reading the same input (e-class), bias or not, dtypes and devices."""
+    try:
+        x, wt, b = _linear_parts(m)
+    except ValueError:
+        return None
+    return ("batch_linear_lhs", m.inputs[x], m.in_shapes[x], b is not None, m.types)
+
+
+def build_linear_lhs(w, members) -> None:
+    m0 = members[0]
+    x, wt, b = _linear_parts(m0)
+    xs = tuple(m0.in_shapes[x])
+    outs = [m.in_shapes[wt][0] for m in members]
+    total = sum(outs)
+    W = w.cat([w.handle(m.inputs[wt]) for m in members], 0, (total, xs[-1]))
+    args = [w.handle(m0.inputs[x]), W]
+    if b is not None:
+        args.append(w.cat([w.handle(m.inputs[b]) for m in members], 0, (total,)))
+    recipe = _recipe("linear", F.linear, _slots(len(args)))
+    key = w.key(f"linear{len(args)}", recipe, (tuple(m0.types[0][:1] * len(args)), m0.types[1]))
+    Y = w.apply(key, args, xs[:-1] + (total,))
+    start, d = 0, len(xs) - 1
+    for m, o in zip(members, outs):
+        w.union(m, w.narrow(Y, d, start, o, total, xs[:-1] + (o,)))
+        start += o
+
+
+# -- layer norm --------------------------------------------------------------------------------------
+
+def _layer_norm_parts(m):
+    if m.recipe.name != "layer_norm" or m.op != "Apply":
+        raise ValueError("not a layer_norm")
+    bound = bind(m.recipe, LAYER_NORM_PARAMS)
+    if bound is None:
+        raise ValueError("unknown spelling")
+    ns = bound.get("normalized_shape")
+    if isinstance(ns, int):
+        ns = (ns,)
+    if not isinstance(ns, (tuple, list)) or not all(isinstance(s, int) for s in ns):
+        raise ValueError("normalized_shape")
+    eps = bound.get("eps", 1e-5)
+    if not isinstance(eps, (int, float)):
+        raise ValueError("eps")
+    x, wt, b = _slot(bound, "input"), _slot(bound, "weight"), _slot(bound, "bias")
+    xs = m.in_shapes[x] if x is not None else None
+    ns = tuple(ns)
+    if xs is None or tuple(xs[len(xs) - len(ns):]) != ns or len(xs) + 1 > MAX_RANK:
+        raise ValueError("shapes")
+    for i in (wt, b):
+        if i is not None and m.in_shapes[i] != ns:
+            raise ValueError("affine shape")
+    if len(set(m.types[0])) != 1:
+        raise ValueError("mixed input dtypes")
+    return x, wt, b, ns, float(eps)
+
+
+def layer_norm_key(m):
+    """batch_layernorm: same input shape, normalized_shape, eps, weight/bias or not, dtypes, devices."""
+    try:
+        x, wt, b, ns, eps = _layer_norm_parts(m)
+    except ValueError:
+        return None
+    return ("batch_layernorm", m.in_shapes[x], ns, eps, wt is not None, b is not None, m.types)
+
+
+#: dtypes whose eager layer norm computes in float32 and rounds once (CPU and CUDA kernels): the fused
+#: form does the same, so results are bit-identical to eager (measured: bf16 and fp16, 600 draws each).
+_UPCAST = {"torch.bfloat16": torch.bfloat16, "torch.float16": torch.float16}
+
+
+def build_layer_norm(w, members) -> None:
+    m0, n = members[0], len(members)
+    x, wt, b, ns, eps = _layer_norm_parts(m0)
+    xs = tuple(m0.in_shapes[x])
+    out = (n,) + xs
+    t = m0.types[0][0]                       # (dtype, device) of the inputs
+    low = t[0] in _UPCAST
+    c = ("torch.float32", t[1]) if low else t  # computing type
+
+    def cast(h, shape, src, dst):
+        if src == dst:
+            return h
+        dtype = torch.float32 if dst[0] == "torch.float32" else _UPCAST[dst[0]]
+        key = w.key(f"to:{dst[0]}", _method("to", dtype), ((src,), dst))
+        return w.apply(key, [h], shape)
+
+    X = cast(w.stack([w.handle(m.inputs[x]) for m in members], xs), out, t, c)
+    ln = w.key(f"layer_norm{ns}{eps}", _recipe("layer_norm", F.layer_norm, (_slots(1)[0], ns, None, None, eps)),
+               ((c,), c))
+    Y = w.apply(ln, [X], out)
+    bshape = (n,) + (1,) * (len(xs) - len(ns)) + ns
+
+    def stacked(i):  # left in the input dtype: type promotion computes the affine in float32 exactly
+        return w.reshape(w.stack([w.handle(m.inputs[i]) for m in members], ns), bshape)
+
+    if wt is not None and b is not None:
+        key = w.key("addcmul", _recipe("addcmul", torch.addcmul, _slots(3)), ((t, c, t), c))
+        Y = w.apply(key, [stacked(b), Y, stacked(wt)], out)
+    elif wt is not None:
+        key = w.key("mul", _recipe("mul", torch.mul, _slots(2)), ((c, t), c))
+        Y = w.apply(key, [Y, stacked(wt)], out)
+    elif b is not None:
+        key = w.key("add", _recipe("add", torch.add, _slots(2)), ((c, t), c))
+        Y = w.apply(key, [Y, stacked(b)], out)
+    Y = cast(Y, out, c, t)
+    for i, m in enumerate(members):
+        w.union(m, w.select(Y, 0, i, n, xs))

@@ -1,0 +1,126 @@
+"""One round of horizontal fusion on an e-graph: extract the current best plan, find groups on it, add one
+fused alternative per group (and, for greedy, remove the originals).
+
+The eqsat strategy runs one round between two saturations of the vertical rules, with every horizontal
+pattern; the final DAG-aware extraction decides whether each fused op pays off. The greedy strategy runs
+one round per horizontal pattern, in pass order, destructively (Optimus' group_batch_fusion passes,
+right after normalization and before the split/cat passes, as upstream pre_grad.py orders them).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import networkx as nx
+import torch
+
+from optimus_eq.cost import GPUCostModel
+from optimus_eq.horizontal.plan import PlanGraph
+from optimus_eq.horizontal.rows import IdAlloc, RowWriter
+
+#: Options of every horizontal pattern: Optimus' graph_search_options names and upstream's defaults
+#: (group_batch_fusion.py: MIN_FUSE_SET_SIZE 5, MAX_FUSE_SET_SIZE 300, MAX_FUSE_SEARCH_DEPTH 5), so a user's
+#: pre_grad_fusion_options mean the same here. Smaller groups: ``{"min_fuse_set_size": 2}``.
+DEFAULT_OPTIONS = {"min_fuse_set_size": 5, "max_fuse_set_size": 300, "max_fuse_search_depth": 5}
+
+
+@dataclass
+class HorizontalContext:
+    """What a round needs besides the e-graph.
+
+    Attributes:
+        tr: the bridge's Translation (recipes, types, kept nodes; new keys are added to it).
+        cost_model, extractor, ilp_seconds, ilp_max_nodes: how the plan is extracted (as in ``optimize``).
+        options: pattern name -> option overrides (``min_fuse_set_size``, ...).
+        fired: pattern name -> groups fused (greedy) or fused alternatives added (eqsat).
+        members: pattern name -> ops in those groups.
+    """
+
+    tr: object
+    cost_model: GPUCostModel = field(default_factory=GPUCostModel)
+    extractor: str = "auto"
+    ilp_seconds: float = 10.0
+    ilp_max_nodes: int = 40_000
+    options: dict = field(default_factory=dict)
+    fired: Counter = field(default_factory=Counter)
+    members: Counter = field(default_factory=Counter)
+    alloc: IdAlloc | None = None
+
+
+def pattern_options(pattern, overrides: dict) -> dict:
+    """DEFAULT_OPTIONS, then the pattern's own, then the caller's overrides for it.
+
+    Raises:
+        ValueError: on an option name that horizontal patterns do not know.
+    """
+    opts = dict(DEFAULT_OPTIONS)
+    for src in (pattern.options, overrides.get(pattern.name, {})):
+        unknown = set(src) - set(DEFAULT_OPTIONS)
+        if unknown:
+            raise ValueError(f"{pattern.name}: unknown option(s) {sorted(unknown)}; valid: {sorted(DEFAULT_OPTIONS)}")
+        opts.update(src)
+    return opts
+
+
+def plan_of(egraph, ctx: HorizontalContext):
+    """Extract the current best plan: ``(view, choice, output classes, eager contiguity per class)``."""
+    from optimus_eq.extract import EGraphView, extract
+
+    tr = ctx.tr
+    view = EGraphView.from_egraph(egraph)
+    if view.inconsistent:
+        raise RuntimeError(f"inconsistent e-graph before horizontal fusion ({view.inconsistent[0]})")
+    roots = list(dict.fromkeys(view.node_of[tr.node_id[n]] for n in dict.fromkeys(tr.roots)))
+    forced = {nid for nid, en in view.nodes.items()
+              if en.op in ("Leaf", "Apply") and en.literals and en.literals[0] in tr.opaque_keys}
+    ex = extract(view, roots, forced, ctx.cost_model, method=ctx.extractor, seconds=ctx.ilp_seconds,
+                 ilp_max_nodes=ctx.ilp_max_nodes)
+    out_node = next(n for n in reversed(tr.gm.graph.nodes) if n.op == "output")
+    outputs = {view.node_of[tr.node_id[a]] for a in out_node.all_input_nodes if a in tr.node_id}
+    contiguous: dict = {}
+    for n, tid in tr.node_id.items():
+        val = n.meta.get("val", n.meta.get("example_value"))
+        c = view.node_of.get(tid)
+        if isinstance(val, torch.Tensor) and c is not None:
+            try:
+                ok = bool(val.is_contiguous())
+            except Exception:  # symbolic strides
+                ok = False
+            contiguous[c] = contiguous.get(c, True) and ok
+    return view, ex.choice, outputs, contiguous
+
+
+def fuse_round(egraph, patterns: Sequence, ctx: HorizontalContext, destructive: bool) -> int:
+    """Find groups for ``patterns`` on the current plan and add their fused alternatives to ``egraph``.
+
+    ``destructive`` (greedy) also subsumes each member's original e-node. Returns the number of groups.
+    """
+    if ctx.alloc is None:
+        ctx.alloc = IdAlloc(ctx.tr.rows)
+    view, choice, outputs, contiguous = plan_of(egraph, ctx)
+    plan = PlanGraph(view, choice, ctx.tr, outputs, contiguous)
+    if not nx.is_directed_acyclic_graph(plan.g):
+        # a plan whose kept FX nodes cannot keep their order: lowering rejects it anyway; fuse nothing
+        return 0
+    writer = RowWriter(ctx.tr, view, choice, ctx.alloc)
+    fused: set = set()
+    groups = 0
+    for p in patterns:
+        opts = pattern_options(p, ctx.options)
+        for members in plan.groups(p.group_key, opts, fused):
+            p.build(writer, members)
+            if destructive:
+                for m in members:
+                    writer.subsume(m)
+            plan.fused_op(members)
+            fused.update(m.cls for m in members)
+            ctx.fired[p.name] += 1
+            ctx.members[p.name] += len(members)
+            groups += 1
+    if groups:
+        egraph.insert(writer.rows)
+        if writer.subsume_rows:
+            egraph.insert(writer.subsume_rows)
+    return groups

@@ -1,0 +1,97 @@
+"""The horizontal patterns (Optimus' pre-grad group/batch fusions, upstream
+torch/_inductor/fx_passes/group_batch_fusion.py), declared as group keys plus builders.
+
+Order is the greedy pass order; upstream registers batch_linear_lhs before batch_linear, so that linears
+sharing their input become one wider linear before the rest are batched.
+"""
+
+from __future__ import annotations
+
+from optimus_eq.horizontal import builders as b
+from optimus_eq.patterns.registry import HorizontalPattern
+
+
+def _pointwise(name: str, op: str, doc: str, exclude_outputs: bool = False) -> HorizontalPattern:
+    return HorizontalPattern(
+        name=name,
+        levels=("pre_grad",),
+        doc=doc,
+        group_key=b.pointwise_key(frozenset([op]), exclude_outputs),
+        build=b.build_pointwise,
+    )
+
+
+batch_linear_lhs = HorizontalPattern(
+    name="batch_linear_lhs",
+    levels=("pre_grad",),
+    doc="""Linears that read the same input become one linear with concatenated weights.
+
+    y1 = F.linear(x, w1, b1); y2 = F.linear(x, w2, b2)          (w1: [o1, k], w2: [o2, k])
+        =>  y = F.linear(x, cat([w1, w2]), cat([b1, b2])); y1 = y[..., :o1]; y2 = y[..., o1:]
+    """,
+    group_key=b.linear_lhs_key,
+    build=b.build_linear_lhs,
+)
+
+batch_linear = HorizontalPattern(
+    name="batch_linear",
+    levels=("pre_grad",),
+    doc="""Independent linears of equal shapes become one batched matmul.
+
+    y_i = F.linear(x_i, w_i, b_i), i < n         (x_i: [B, k], w_i: [o, k], b_i: [o])
+        =>  Y = torch.baddbmm(stack(b).unsqueeze(1), stack(x), stack(w).permute(0, 2, 1)); y_i = Y[i]
+    (torch.bmm without bias; a split -> n linears -> cat becomes one baddbmm between views)
+    """,
+    group_key=b.linear_key,
+    build=b.build_linear,
+)
+
+batch_layernorm = HorizontalPattern(
+    name="batch_layernorm",
+    levels=("pre_grad",),
+    doc="""Independent layer norms of equal shapes, normalized_shape and eps become one layer norm.
+
+    y_i = F.layer_norm(x_i, (D,), w_i, b_i, eps)
+        =>  Y = torch.addcmul(stack(b)[:, None], F.layer_norm(stack(x), (D,), eps=eps), stack(w)[:, None])
+            y_i = Y[i]
+    """,
+    group_key=b.layer_norm_key,
+    build=b.build_layer_norm,
+)
+
+batch_tanh = _pointwise("batch_tanh", "tanh", """Independent tanh of equal shapes become one.
+
+    torch.tanh(a), torch.tanh(b)  =>  t = torch.tanh(torch.stack([a, b])); t[0], t[1]
+    """)
+batch_sigmoid = _pointwise("batch_sigmoid", "sigmoid", """Independent sigmoids of equal shapes become one.
+
+    torch.sigmoid(a), torch.sigmoid(b)  =>  s = torch.sigmoid(torch.stack([a, b])); s[0], s[1]
+    """)
+batch_relu = _pointwise("batch_relu", "relu", """Independent relus of equal shapes become one.
+
+    F.relu(a), F.relu(b)  =>  r = F.relu(torch.stack([a, b])); r[0], r[1]
+    """)
+batch_detach = _pointwise("batch_detach", "detach", """Independent detaches of equal shapes become one
+    (not for graph outputs: eager's detach aliases its input).
+
+    a.detach(), b.detach()  =>  d = torch.stack([a, b]).detach(); d[0], d[1]
+    """, exclude_outputs=True)
+batch_nan_to_num = _pointwise("batch_nan_to_num", "nan_to_num", """Independent nan_to_num with the same
+    replacement values become one.
+
+    torch.nan_to_num(a, 0.0), torch.nan_to_num(b, 0.0)  =>  n = torch.nan_to_num(torch.stack([a, b]), 0.0); n[0], n[1]
+    """)
+batch_clamp = _pointwise("batch_clamp", "clamp", """Independent clamps with the same bounds become one.
+
+    torch.clamp(a, 0, 1), torch.clamp(b, 0, 1)  =>  c = torch.clamp(torch.stack([a, b]), 0, 1); c[0], c[1]
+    """)
+batch_dropout = _pointwise("batch_dropout", "dropout", """Independent training-mode dropouts with the same
+    p become one. Each element still gets its own Bernoulli draw, but from another place in the random
+    stream than in eager: results match eager in distribution, not bit for bit under a fixed seed (as with
+    Inductor's own dropout). With ``torch._inductor.config.fallback_random`` dropouts are left alone.
+
+    F.dropout(a, 0.1), F.dropout(b, 0.1)  =>  d = F.dropout(torch.stack([a, b]), 0.1); d[0], d[1]
+    """)
+
+PATTERNS = (batch_linear_lhs, batch_linear, batch_layernorm, batch_tanh, batch_sigmoid, batch_relu,
+            batch_detach, batch_nan_to_num, batch_clamp, batch_dropout)

@@ -1,0 +1,305 @@
+"""Group analysis on a plan: which ops of the current best graph can be fused horizontally.
+
+A *plan* is one extraction of the e-graph (e-class -> chosen e-node). :class:`PlanGraph` turns it into a
+networkx DiGraph of tensor values (an edge ``u -> v`` when v reads u; list cells are looked through, so a
+cat of N pieces has N in-edges), plus *order edges* between the FX nodes that lowering copies verbatim
+(opaque ops, mutations): they are emitted in their original order, so a fused op that needs a value
+computed after an opaque op A must not feed A. Members of a group must be mutually independent in this
+graph: no path between any two of them (otherwise the fused op would need its own output).
+
+Candidates are gathered the Optimus way (upstream torch/_inductor/fx_passes/group_batch_fusion.py,
+``get_fusion_candidates`` and ``find_independent_subset_greedy``; read for the rule, code our own): from
+every value in reverse topological order, a breadth-first search over its inputs up to
+``max_fuse_search_depth`` hops collects the ops a pattern matches (it does not search past a match); ops
+with equal group keys form a candidate list; greedy independent subsets of it, in topological order, of
+at most ``max_fuse_set_size`` members, are fused when they have at least ``min_fuse_set_size``. After
+each fused subset the graph gets the fused op (inputs of all members -> fused op -> every member), so
+later subsets are checked against the dependencies fusion created.
+
+Independence is computed with ancestor bitsets (Python ints, one bit per remaining candidate) in one
+topological pass per subset: O(E) big-int operations instead of one ``nx.ancestors`` search per
+candidate.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import networkx as nx
+
+LIST_OPS = frozenset(["Cons", "Nil", "ACons", "ANil"])
+
+
+@dataclass
+class Member:
+    """One op of the plan that a horizontal pattern may fuse.
+
+    Attributes:
+        cls: its e-class.
+        op: the constructor of its chosen e-node: ``"Unary"``, ``"Binary"`` or ``"Apply"``.
+        key: the op key (see :mod:`optimus_bridge.translate`).
+        recipe: the bridge's :class:`optimus_bridge.translate.Recipe` (FX target, constant arguments, slots).
+        types: ``(((dtype, device) per tensor input), (dtype, device) of the output)`` as strings.
+        inputs: e-classes of its tensor inputs, in slot order.
+        in_shapes: static shapes of ``inputs`` (None where unknown).
+        shape: its static output shape (None where unknown).
+        signature: the recipe without its key: op name, opcode, target, constant args, kwargs. Two ops
+            with equal signatures and types compute the same function of their inputs.
+        is_output: the value is a graph output.
+    """
+
+    cls: object
+    op: str
+    key: int
+    recipe: object
+    types: tuple
+    inputs: list
+    in_shapes: list
+    shape: tuple | None
+    signature: tuple
+    is_output: bool = False
+
+
+def _target_text(target) -> str:
+    if isinstance(target, str):
+        return target
+    name = getattr(target, "__qualname__", getattr(target, "__name__", repr(target)))
+    return f"{getattr(target, '__module__', '')}.{name}"
+
+
+class PlanGraph:
+    """The dependency graph of one plan (module docstring).
+
+    Args:
+        view: the e-graph (:class:`optimus_eq.extract.EGraphView`).
+        choice: the plan, e-class -> chosen e-node id.
+        tr: the bridge's Translation (recipes, types, kept nodes and their order).
+        outputs: e-classes of graph outputs.
+        eager_contiguous: e-class -> False when some FX node in it had non-contiguous strides in eager.
+    """
+
+    def __init__(self, view, choice: dict, tr, outputs: set, eager_contiguous: dict) -> None:
+        self.view, self.choice, self.tr = view, choice, tr
+        self.outputs = outputs
+        self.eager_contiguous = eager_contiguous
+        self.g = nx.DiGraph()
+        self._members: dict = {}
+        self._fresh = 0
+        self._pos: dict | None = None   # topological positions (see _positions)
+        self._seq: list = []
+        self._keys: list = []
+        nodes = view.nodes
+        for c, nid in choice.items():
+            en = nodes[nid]
+            if en.op in LIST_OPS:
+                continue
+            self.g.add_node(c)
+            for k in self.term_children(en):
+                self.g.add_edge(k, c)
+        self._order_edges()
+        self.g.add_node(("output",))  # the graph's output node is a search root too, as upstream
+        for c in outputs:
+            if c in self.g:
+                self.g.add_edge(c, ("output",))
+
+    # -- structure ---------------------------------------------------------------------------------
+    def elements(self, list_cls) -> list:
+        """The element classes of a chosen list (``Cons``/``ACons`` chain)."""
+        out = []
+        nodes, choice = self.view.nodes, self.choice
+        while True:
+            en = nodes[choice[list_cls]]
+            if en.op in ("Nil", "ANil"):
+                return out
+            out.append(en.children[0])
+            list_cls = en.children[1]
+
+    def term_children(self, en) -> list:
+        """Tensor inputs of a chosen e-node, list cells looked through."""
+        if en.op in ("Cat", "Apply"):
+            return self.elements(en.children[0]) if en.children else []
+        return list(en.children)
+
+    def _order_edges(self) -> None:
+        """Kept FX nodes are lowered in their original order: chain them (and what feeds a barrier)."""
+        tr, view, g = self.tr, self.view, self.g
+
+        def cls_of(n):
+            tid = tr.node_id.get(n)
+            return None if tid is None else view.node_of.get(tid)
+
+        prev = None
+        for i, n in enumerate(tr.kept):
+            c = cls_of(n)
+            if c is None or c not in g:
+                c = ("kept", i)
+                g.add_node(c)
+                for a in n.all_input_nodes:
+                    for tid in ([tr.node_id[a]] if a in tr.node_id else tr.pieces.get(a, [])):
+                        ac = view.node_of.get(tid)
+                        if ac in g:
+                            g.add_edge(ac, c)
+            for live in tr.barriers.get(n, ()):
+                lc = cls_of(live)
+                if lc in g and lc != c:
+                    g.add_edge(lc, c)
+            if prev is not None and prev != c:
+                g.add_edge(prev, c)
+            prev = c
+
+    # -- members -------------------------------------------------------------------------------------
+    def member(self, c) -> Member | None:
+        """The plan's op in class ``c`` as a :class:`Member`, or None (a view, an opaque op, a list)."""
+        if c in self._members:
+            return self._members[c]
+        m = None
+        nid = self.choice.get(c) if not isinstance(c, tuple) else None
+        if nid is not None:
+            en = self.view.nodes[nid]
+            tr = self.tr
+            if en.op in ("Unary", "Binary", "Apply") and en.literals and en.literals[0] in tr.recipes \
+                    and en.literals[0] not in tr.opaque_keys and en.literals[0] in tr.types:
+                key = en.literals[0]
+                r = tr.recipes[key]
+                inputs = self.term_children(en)
+                shapes = self.view.shapes
+                m = Member(c, en.op, key, r, tr.types[key], inputs, [shapes.get(i) for i in inputs],
+                           shapes.get(c), (r.name, r.op, _target_text(r.target), repr(r.args),
+                                           repr(sorted(r.kwargs.items()))), c in self.outputs)
+                if not self.eager_contiguous.get(c, True):
+                    m = None  # fused outputs are contiguous; keep eager's strides where they were not
+        self._members[c] = m
+        return m
+
+    # -- groups --------------------------------------------------------------------------------------
+    def groups(self, group_key: Callable, options: dict, fused: set) -> Iterator[list[Member]]:
+        """Yield groups to fuse, Optimus' way (module docstring). The caller must call :meth:`fused_op`
+        for each group it fuses before asking for the next one."""
+        depth = options["max_fuse_search_depth"]
+        keys: dict = {}
+
+        def key_of(c):
+            if c not in keys:
+                m = self.member(c)
+                k = None
+                if m is not None:
+                    try:
+                        k = group_key(m)
+                    except Exception:  # a user's key function failed on this op: leave it alone
+                        k = None
+                keys[c] = k
+            return keys[c]
+
+        # only keys with enough candidates matter, and only roots within reach of such candidates
+        count: dict = {}
+        for c in self.g:
+            k = None if c in fused else key_of(c)
+            if k is not None:
+                count[k] = count.get(k, 0) + 1
+        viable = {k for k, n in count.items() if n >= options["min_fuse_set_size"]}
+        if not viable:
+            return
+        near = {c for c in self.g if c not in fused and keys.get(c) in viable}
+        frontier = list(near)
+        for _ in range(depth if depth is not None else len(self.g)):
+            frontier = [s for c in frontier for s in self.g.successors(c) if s not in near]
+            if not frontier:
+                break
+            near.update(frontier)
+        # a root with one input finds a subset of what that input finds (plus the input itself, a group of
+        # one): searching from join points (two or more inputs) and the output finds the same groups
+        self._positions()
+        indeg = self.g.in_degree
+        roots = [c for c in reversed(self._seq) if c in near and indeg(c) >= 2]
+        for root in roots:
+            found: dict = {}
+            seen = {root}
+            queue = deque((1, p) for p in self.g.predecessors(root))
+            seen.update(p for _, p in queue)
+            while queue:
+                d, c = queue.popleft()
+                if c in fused:
+                    continue
+                k = key_of(c)
+                if k is not None:
+                    if k in viable:
+                        found.setdefault(k, []).append(c)
+                elif depth is None or d < depth:
+                    for p in self.g.predecessors(c):
+                        if p not in seen:
+                            seen.add(p)
+                            queue.append((d + 1, p))
+            for k, cands in found.items():
+                if len(cands) < options["min_fuse_set_size"]:
+                    continue
+                yield from self._independent_subsets(cands, options, fused)
+
+    def _independent_subsets(self, cands: list, options: dict, fused: set) -> Iterator[list[Member]]:
+        lo, hi = options["min_fuse_set_size"], options["max_fuse_set_size"]
+        remaining = [c for c in cands if c not in fused]
+        while len(remaining) >= lo:
+            pos = self._positions()
+            remaining.sort(key=pos.__getitem__)
+            anc = self._ancestor_bits(remaining, pos)
+            subset, taken, rest = [], 0, []
+            for i, c in enumerate(remaining):
+                if len(subset) < hi and not (anc[c] & taken):
+                    subset.append(c)
+                    taken |= 1 << i
+                else:
+                    rest.append(c)
+            if len(subset) >= lo:
+                yield [self.member(c) for c in subset]
+            remaining = [c for c in rest if c not in fused]
+
+    # -- topological positions, kept up to date as fused ops are added ----------------------------------
+    def _positions(self) -> dict:
+        """Node -> position in a topological order (floats; fused ops get positions between others)."""
+        if self._pos is None:
+            self._seq = list(nx.topological_sort(self.g))
+            self._pos = {v: float(i) for i, v in enumerate(self._seq)}
+            self._keys = list(range(len(self._seq)))
+        return self._pos
+
+    def _ancestor_bits(self, cands: list, pos: dict) -> dict:
+        """For each candidate, the bitset of the candidates it depends on: one pass, in topological order,
+        over the nodes between the first and the last candidate (nothing before the first can depend on a
+        candidate)."""
+        bit = {c: 1 << i for i, c in enumerate(cands)}
+        first = bisect.bisect_left(self._keys, pos[cands[0]])
+        last = bisect.bisect_right(self._keys, pos[cands[-1]])
+        anc: dict = {}
+        pred = self.g.pred
+        for v in self._seq[first:last]:
+            a = 0
+            for u in pred[v]:
+                a |= anc.get(u, 0) | bit.get(u, 0)
+            anc[v] = a
+        return {c: anc[c] for c in cands}
+
+    def fused_op(self, members: list[Member]) -> None:
+        """Record a fused op in the graph: every member's inputs -> the fused op -> every member."""
+        f = ("fused", self._fresh)
+        self._fresh += 1
+        self.g.add_node(f)
+        preds = {u for m in members for u in self.g.predecessors(m.cls)}
+        for u in preds:
+            self.g.add_edge(u, f)
+        for m in members:
+            self.g.add_edge(f, m.cls)
+        if self._pos is None:
+            return
+        lo = max((self._pos[u] for u in preds), default=-1.0)
+        hi = min(self._pos[m.cls] for m in members)
+        if lo < hi:  # a slot between its inputs and its first member: keep the order, no re-sort
+            p = (lo + hi) / 2 if hi - lo > 1e-9 else None
+            if p is not None:
+                i = bisect.bisect_left(self._keys, p)
+                self._keys.insert(i, p)
+                self._seq.insert(i, f)
+                self._pos[f] = p
+                return
+        self._pos = None  # an input comes after a member: sort again when next needed

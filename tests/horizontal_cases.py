@@ -1,0 +1,191 @@
+"""Randomized soundness cases of the horizontal patterns, one hypothesis strategy per pattern (the registry's
+meta-test in tests/test_patterns.py picks them up through :data:`CASES`).
+
+Each case draws a group size, shapes and a dtype and returns a function that holds a group of independent
+identical ops (plus a distractor that must not join the group where it can be drawn). Low-precision layer
+norms with affine parameters are drawn too: the fused form computes them in float32 like eager's kernel.
+Dropout cases use p = 1 (every element dropped): deterministic, so eager and the fused graph agree
+exactly; tests/test_horizontal.py checks 0 < p < 1 statistically.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from hypothesis import strategies as st
+
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+@dataclass
+class Case:
+    fn: Callable
+    inputs: list
+    note: str = ""
+
+
+def _fixed(body: Callable, arity: int) -> Callable:
+    """``body(*args)`` as a function of ``arity`` named parameters (symbolic_trace rejects ``*args``)."""
+    names = ", ".join(f"a{i}" for i in range(arity))
+    scope = {"body": body}
+    exec(f"def fn({names}):\n    return body({names})\n", scope)
+    return scope["fn"]
+
+
+def _x(shape, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g).to(dtype)
+
+
+def _group(draw, rank_min=1, rank_max=3):
+    n = draw(st.integers(5, 7))  # upstream's default min_fuse_set_size is 5
+    rank = draw(st.integers(rank_min, rank_max))
+    shape = [draw(st.integers(1, 4)) for _ in range(rank)]
+    dtype = draw(st.sampled_from(DTYPES))
+    seed = draw(st.integers(0, 2**16))
+    return n, shape, dtype, seed
+
+
+def _pointwise_case(op: Callable, name: str, prepare=None):
+    @st.composite
+    def case(draw) -> Case:
+        n, shape, dtype, seed = _group(draw)
+        inputs = [_x(shape, dtype, seed + i) for i in range(n)]
+        if prepare is not None:
+            inputs = [prepare(x, seed + i) for i, x in enumerate(inputs)]
+        weights = [float(i + 1) for i in range(n)]
+
+        def fn(*xs):
+            return tuple(op(x) * w for x, w in zip(xs, weights))
+
+        return Case(_fixed(fn, len(inputs)), inputs, f"{name} n={n} shape={shape} {dtype}")
+
+    return case
+
+
+def _with_nans(x, seed):
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.rand(x.shape, generator=g)
+    x = x.clone()
+    x[mask < 0.2] = float("nan")
+    x[mask > 0.9] = float("inf")
+    return x
+
+
+@st.composite
+def clamp_case(draw) -> Case:
+    n, shape, dtype, seed = _group(draw)
+    lo = draw(st.sampled_from([-1.0, -0.5, None]))
+    hi = draw(st.sampled_from([0.5, 1.0]))
+    other = draw(st.booleans())  # one member with other bounds: never in the same group
+
+    def fn(*xs):
+        out = [torch.clamp(x, lo, hi) * (i + 1) for i, x in enumerate(xs)]
+        if other:
+            out.append(torch.clamp(xs[0], -2.0, 2.0))
+        return tuple(out)
+
+    inputs = [_x(shape, dtype, seed + i) for i in range(n)]
+    return Case(_fixed(fn, n), inputs, f"clamp({lo}, {hi}) n={n} {shape} {dtype}")
+
+
+@st.composite
+def detach_case(draw) -> Case:
+    n, shape, dtype, seed = _group(draw)
+
+    def fn(*xs):
+        return tuple(x * 2 + x.detach() for x in xs)  # detach outputs are not graph outputs
+
+    return Case(_fixed(fn, n), [_x(shape, dtype, seed + i) for i in range(n)], f"detach n={n} {shape} {dtype}")
+
+
+@st.composite
+def dropout_case(draw) -> Case:
+    n, shape, dtype, seed = _group(draw)
+    spelling = draw(st.sampled_from(["functional", "torch"]))
+
+    def fn(*xs):
+        if spelling == "functional":
+            return tuple(F.dropout(x, 1.0, True) + x for x in xs)
+        return tuple(torch.dropout(x, 1.0, True) + x for x in xs)
+
+    inputs = [_x(shape, dtype, seed + i) for i in range(n)]
+    return Case(_fixed(fn, n), inputs, f"dropout {spelling} n={n} {shape} {dtype}")
+
+
+@st.composite
+def linear_case(draw) -> Case:
+    n, shape, dtype, seed = _group(draw, rank_min=2, rank_max=3)
+    k, o = shape[-1], draw(st.integers(1, 4))
+    bias = draw(st.booleans())
+    xs = [_x(shape, dtype, seed + i) for i in range(n)]
+    ws = [_x((o, k), dtype, seed + 100 + i) for i in range(n)]
+    bs = [_x((o,), dtype, seed + 200 + i) for i in range(n)] if bias else []
+
+    def fn(*args):
+        xs, ws, bs = args[:n], args[n:2 * n], args[2 * n:]
+        return tuple(F.linear(x, w, bs[i] if bs else None) for i, (x, w) in enumerate(zip(xs, ws)))
+
+    return Case(_fixed(fn, len(xs + ws + bs)), xs + ws + bs, f"linear n={n} x={shape} out={o} bias={bias} {dtype}")
+
+
+@st.composite
+def linear_lhs_case(draw) -> Case:
+    n, shape, dtype, seed = _group(draw, rank_min=2, rank_max=3)
+    k = shape[-1]
+    outs = [draw(st.integers(1, 4)) for _ in range(n)]
+    bias = draw(st.booleans())
+    x = _x(shape, dtype, seed)
+    ws = [_x((o, k), dtype, seed + 100 + i) for i, o in enumerate(outs)]
+    bs = [_x((o,), dtype, seed + 200 + i) for i, o in enumerate(outs)] if bias else []
+
+    def fn(x, *args):
+        ws, bs = args[:n], args[n:]
+        return tuple(F.linear(x, w, bs[i] if bs else None).relu() for i, w in enumerate(ws))
+
+    return Case(_fixed(fn, 1 + len(ws + bs)), [x] + ws + bs, f"linear_lhs outs={outs} x={shape} bias={bias} {dtype}")
+
+
+@st.composite
+def layernorm_case(draw) -> Case:
+    n, shape, dtype, seed = _group(draw, rank_min=1, rank_max=3)
+    nd = draw(st.integers(1, len(shape)))
+    ns = tuple(shape[len(shape) - nd:])
+    if math.prod(ns) < 4:
+        # a layer norm over 1 or 2 elements has a zero input gradient that eager computes as rounding
+        # noise (1e-5 in fp32, 1e-2 in bf16), which no other summation order reproduces; and 3 is
+        # ill-conditioned in bf16: normalize over 4 or more
+        shape[-1] = ns[-1] * 4
+        ns = ns[:-1] + (shape[-1],)
+    affine = draw(st.sampled_from(["both", "weight", "bias", "none"]))
+    eps = draw(st.sampled_from([1e-5, 1e-3]))
+    xs = [_x(shape, dtype, seed + i) for i in range(n)]
+    ws = [_x(ns, dtype, seed + 100 + i) for i in range(n)] if affine in ("both", "weight") else []
+    bs = [_x(ns, dtype, seed + 200 + i) for i in range(n)] if affine in ("both", "bias") else []
+
+    def fn(*args):
+        xs, rest = args[:n], args[n:]
+        w = rest[:n] if ws else [None] * n
+        b = rest[len(ws):] if bs else [None] * n
+        return tuple(F.layer_norm(x, ns, w[i], b[i], eps) for i, x in enumerate(xs))
+
+    note = f"layer_norm n={n} x={shape} ns={ns} {affine} eps={eps} {dtype}"
+    return Case(_fixed(fn, len(xs + ws + bs)), xs + ws + bs, note)
+
+
+CASES = {
+    "batch_linear_lhs": linear_lhs_case,
+    "batch_linear": linear_case,
+    "batch_layernorm": layernorm_case,
+    "batch_tanh": _pointwise_case(torch.tanh, "tanh"),
+    "batch_sigmoid": _pointwise_case(torch.sigmoid, "sigmoid"),
+    "batch_relu": _pointwise_case(F.relu, "relu"),
+    "batch_detach": detach_case,
+    "batch_nan_to_num": _pointwise_case(lambda x: torch.nan_to_num(x, 0.5, 9.0, -9.0), "nan_to_num", _with_nans),
+    "batch_clamp": clamp_case,
+    "batch_dropout": dropout_case,
+}
