@@ -69,7 +69,8 @@ def test_alpha_below_one_and_unknown_options_are_rejected():
         optimus_eq.optimize(gm, inputs, strategy="taso", strategy_options={"beta": 2})
     with pytest.raises(ValueError, match="takes no option"):
         optimus_eq.optimize(gm, inputs, strategy="eqsat", strategy_options={"alpha": 2})
-    _, report = optimus_eq.optimize(gm, inputs, strategy="taso", strategy_options={"alpha": 0.5})
+    with pytest.warns(UserWarning, match="alpha"):
+        _, report = optimus_eq.optimize(gm, inputs, strategy="taso", strategy_options={"alpha": 0.5})
     assert report.fallback and "alpha" in report.fallback  # an internal error: original graph kept
 
 

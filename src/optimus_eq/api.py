@@ -17,7 +17,7 @@ from optimus_eq.options import select_patterns
 from optimus_eq.patterns import DEFAULT_REGISTRY, PatternRegistry
 from optimus_eq.report import Report
 
-STRATEGIES = ("none", "greedy", "eqsat", "taso")
+STRATEGIES = ("none", "greedy", "eqsat", "taso", "tensat")
 #: IR levels: Torch-IR graphs from dynamo (``pre_grad``), Aten-IR graphs from AOTAutograd (``post_grad``).
 LEVELS = ("pre_grad", "post_grad")
 
@@ -45,6 +45,10 @@ def _strategy(name: str):
         from optimus_eq.ablation import taso
 
         return taso
+    if name == "tensat":
+        from optimus_eq.ablation import tensat
+
+        return tensat
     raise ValueError(f"unknown strategy {name!r}; valid: {STRATEGIES}")
 
 
@@ -99,15 +103,18 @@ def optimize(
         example_inputs: one tensor per placeholder (only needed when meta is missing).
         strategy: ``"eqsat"`` (equality saturation + cost-based extraction), ``"greedy"`` (Optimus-
             style destructive passes in a fixed order), ``"none"`` (unchanged), or for ablation studies
-            ``"taso"`` (cost-based backtracking search, :mod:`optimus_eq.ablation.taso`).
+            ``"taso"`` (cost-based backtracking search, :mod:`optimus_eq.ablation.taso`) and ``"tensat"``
+            (multi-pattern rules in the first k iterations, ILP extraction, :mod:`optimus_eq.ablation.tensat`).
         patterns: names of the patterns to use (default: all patterns of ``level``).
         limits: iteration, e-node and time limits of the search.
-        extractor: ``"auto"``, ``"tree"`` or ``"ilp"`` (see :mod:`optimus_eq.extract`).
+        extractor: ``"auto"``, ``"tree"`` or ``"ilp"`` (see :mod:`optimus_eq.extract`); ``"auto"`` lets a
+            strategy that names its own extractor use it (``tensat``: ``"ilp"``).
         cost_model: the GPU cost model (microseconds per e-node).
         ilp_seconds: time budget of the ILP extractor, seconds.
         ilp_max_nodes: ``"auto"`` uses the ILP only up to this many reachable e-nodes.
         registry: where patterns are looked up.
-        strategy_options: keyword options of the strategy's search (``taso``: ``alpha``).
+        strategy_options: keyword options of the strategy's search (``taso``: ``alpha``; ``tensat``:
+            ``k_multi``).
         level: ``"pre_grad"`` (a Torch-IR graph, as dynamo hands it to a backend) or ``"post_grad"``
             (an Aten-IR graph from AOTAutograd, nodes calling aten OpOverloads; the result calls aten
             OpOverloads too, with ``val`` meta, as Inductor's post-grad passes expect).
@@ -230,6 +237,8 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
         from optimus_bridge.aten import ATEN_IR as ir, translate_aten as translate
 
     search_mod = _strategy(strategy)
+    if extractor == "auto":
+        extractor = getattr(search_mod, "EXTRACTOR", extractor)
 
     t0 = time.perf_counter()
     _ensure_meta(gm, example_inputs, level)
