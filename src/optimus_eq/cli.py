@@ -7,7 +7,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-STRATEGIES = ("none", "greedy", "eqsat")
+#: demo columns: plain Inductor, Inductor with the built-in Optimus passes, ours
+STRATEGIES = ("none", "builtin", "greedy", "eqsat")
 
 
 def _fmt(value: Any, spec: str = "") -> str:
@@ -210,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--strategy", choices=(*STRATEGIES, "all"), default="all",
                       help="strategy to run; 'all' (default) runs none (plain Inductor, the baseline), "
-                      "greedy and eqsat side by side")
+                      "builtin (Inductor with every built-in Optimus pass on), greedy and eqsat side by side")
     demo.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     demo.add_argument("--fields", type=int, default=16, help="number of feature fields N (default 16)")
     demo.add_argument("--dim", type=int, default=32, help="width D of one field (default 32)")

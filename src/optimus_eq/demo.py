@@ -32,18 +32,24 @@ _NOT_KERNELS = frozenset(
 
 
 class DemoModel(nn.Module):
-    """Dense features [B, N*D] of N fields of width D, with the junk that model code often carries.
+    """Dense features [B, N*D] of N fields of width D, with the junk and the per-field layers that
+    recommendation model code often carries.
 
     Every split/chunk/unbind below is undone by a cat/stack in order, so a vertical split/cat algebra
     removes all of it: split -> same pointwise op per piece -> cat is one pointwise op on the whole
-    tensor; unbind -> stack is the tensor; split -> cat is the tensor. What is left is
-    sigmoid(relu(tanh(x))) -> Linear -> LayerNorm -> + x.
+    tensor; unbind -> stack is the tensor; split -> cat is the tensor. The per-field arch (split ->
+    per-field Linear -> per-field LayerNorm -> relu -> cat, as in DHEN-/DLRM-style interaction layers) is
+    N small Linear and LayerNorm ops side by side: horizontal fusion makes them one batched matmul
+    (baddbmm) and one layer_norm, with views around them. What is left is sigmoid(relu(tanh(x))) ->
+    the batched per-field layers -> Linear -> LayerNorm -> + x.
     """
 
     def __init__(self, num_fields: int = 16, dim: int = 32) -> None:
         super().__init__()
         self.num_fields, self.dim = num_fields, dim
         width = num_fields * dim
+        self.field_linears = nn.ModuleList(nn.Linear(dim, dim) for _ in range(num_fields))
+        self.field_norms = nn.ModuleList(nn.LayerNorm(dim) for _ in range(num_fields))
         self.linear = nn.Linear(width, width)
         self.norm = nn.LayerNorm(width)
 
@@ -57,6 +63,9 @@ class DemoModel(nn.Module):
         v = h.view(-1, n, d)
         v = torch.stack(torch.unbind(v, dim=1), dim=1)
         h = v.reshape(-1, n * d)
+        # per-field dense layers: split -> Linear -> LayerNorm -> relu per field -> cat
+        h = torch.cat([torch.relu(norm(lin(p))) for p, lin, norm in
+                       zip(torch.split(h, d, dim=1), self.field_linears, self.field_norms)], dim=1)
         # split -> cat round trip in front of the dense layers
         half = (n * d) // 2
         a, b = torch.split(h, [half, n * d - half], dim=1)
@@ -214,6 +223,10 @@ def run_demo(
 ) -> dict[str, Any]:
     """Compile the demo model with `optimus_eq.backend(strategy=strategy)` and measure it.
 
+    `strategy="builtin"` compiles with plain Inductor and every built-in Optimus pass of the installed
+    torch turned on (`pre_grad_fusion_options` / `post_grad_fusion_options`, as
+    `optimus_bench.strategies.optimus_fusion_options` lists them): the passes optimus-eq reimplements.
+
     Returns a dict with: strategy, device, nodes_before/nodes_after (FX nodes of the Dynamo graph before
     and after the optimizer), junk_before/junk_after (split/chunk/cat/stack/unbind nodes), kernels
     (per iteration, see `count_kernels`), ms and ms_min (median and fastest of `iters` runs after
@@ -252,7 +265,14 @@ def run_demo(
         patches["cpp.enable_kernel_profile"] = True  # makes generated C++ kernels visible to the profiler
     try:
         with cache, torch._inductor.config.patch(patches), torch.no_grad():
-            compiled = torch.compile(model, backend=optimus_eq.backend(strategy=strategy))
+            if strategy == "builtin":
+                from optimus_bench.strategies import optimus_fusion_options
+
+                pre, post = optimus_fusion_options()
+                compiled = torch.compile(model, options={"pre_grad_fusion_options": pre,
+                                                         "post_grad_fusion_options": post})
+            else:
+                compiled = torch.compile(model, backend=optimus_eq.backend(strategy=strategy))
             say(f"[{strategy}] compiling (Dynamo -> optimizer -> Inductor), first call ...")
             t0 = time.perf_counter()
             out = compiled(*inputs)
