@@ -21,7 +21,7 @@ from torch.fx import Graph, GraphModule, Node
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from optimus_bridge import vocab
-from optimus_bridge.translate import Slot, Translation, meta_val
+from optimus_bridge.translate import Slot, Translation, dropout_draws, meta_val
 from optimus_eq.extract import EGraphView, no_gc
 
 _VIEW_LOWERING: dict[str, Callable] = {
@@ -228,6 +228,13 @@ def _is_view(n: Node) -> bool:
     name = vocab.op_name(n)
     return name is not None and name not in vocab.FRESH_OPS and name not in ("dropout",) and \
         n.op in ("call_function", "call_method")
+
+
+def _is_fresh(n: Node) -> bool:
+    name = vocab.op_name(n)
+    # a training-mode dropout returns a new tensor (the masked, scaled input): an output it produced must
+    # not come to share storage with another output (batch_dropout's fused dropout, say)
+    return name in vocab.FRESH_OPS or (name == "dropout" and not vocab.is_mutation(n) and dropout_draws(n))
 
 
 def _storage_root(n: Node, is_view) -> Node:
@@ -450,7 +457,7 @@ TORCH_IR = IRLevel(
     views=_VIEW_LOWERING,
     view_targets=frozenset(_VIEW_TARGETS),
     is_view=_is_view,
-    is_fresh=lambda n: vocab.op_name(n) in vocab.FRESH_OPS,
+    is_fresh=_is_fresh,
     cat=lambda g, xs, d: g.call_function(torch.cat, (xs, d)),
     stack=lambda g, xs, d: g.call_function(torch.stack, (xs, d)),
     clone=lambda g, x, fmt: g.call_method("clone", (x,), {"memory_format": fmt}),

@@ -130,6 +130,15 @@ def _arg(node: Node, pos: int, name: str, default=None):
     return node.kwargs.get(name, default)
 
 
+def dropout_draws(node: Node) -> bool:
+    """True when a ``dropout`` node (``F.dropout(x, p, training)`` or ``torch.dropout(x, p, train)``) draws
+    a random mask and so returns new storage: training mode and ``p != 0``. Otherwise eager returns its
+    input unchanged (ATen ``_dropout_impl``), which translation treats as the identity."""
+    p = _arg(node, 1, "p", 0.5)
+    training = _arg(node, 2, "train" if node.target is torch.dropout else "training", True)
+    return training is not False and p != 0
+
+
 # -- alias and mutation analysis ----------------------------------------------------------------
 
 def frozen_nodes(gm: GraphModule, voc=vocab) -> set[Node]:
@@ -399,10 +408,7 @@ class Translator:
                 raise Unsupported("contiguous with a memory format")
             return xv
         if name == "dropout":
-            p, training = _arg(node, 1, "p", 0.5), _arg(node, 2, "training", True)
-            if name == "dropout" and node.target is torch.dropout:
-                training = _arg(node, 2, "train", True)
-            if training is False or p == 0:
+            if not dropout_draws(node):
                 return xv
             if _fallback_random():  # the user wants eager's random stream
                 raise Unsupported("dropout in training mode with fallback_random")

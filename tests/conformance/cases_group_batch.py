@@ -164,6 +164,26 @@ class MathOps(torch.nn.Module):
         return torch.stack((torch.stack(inputs, dim=0), torch.stack(others, dim=0)), dim=0)
 
 
+class MathOpsDistinct(torch.nn.Module):
+    """``MathOps`` on twenty distinct inputs: twenty independent chains that the batch patterns can fuse
+    (in the upstream module all twenty chains read the same ``x``, and our e-graph merges them into one)."""
+
+    def forward(self, *xs: torch.Tensor) -> torch.Tensor:
+        def chain(t):
+            return torch.nan_to_num(t.clamp(min=-1000.1, max=1000.1), 0.0).detach()
+
+        return torch.stack((torch.stack([chain(x) for x in xs[:10]], dim=0),
+                            torch.stack([chain(x) for x in xs[10:]], dim=0)), dim=0)
+
+
+def _math_inputs():
+    """Twenty inputs of shape (4,), each with a nan, an inf and a -inf."""
+    xs = [rand(4, seed=i) for i in range(20)]
+    for x in xs:
+        x[:3] = torch.tensor([float("nan"), float("inf"), -float("inf")])
+    return xs
+
+
 class Dropouts(torch.nn.Module):
     """Upstream ``_TestDropout``: split into 5 pieces, dropout (training) on each."""
 
@@ -276,7 +296,14 @@ CASES += [
     _m("math_op_fusion", "test_math_op_fusion", MathOps, _inputs((4,), nan=True),
        pre={"normalization_pass": {}, "batch_detach": {}, "batch_nan_to_num": {}, "batch_clamp": {},
             "unbind_stack_pass": {}, "unbind_stack_to_slices_pass": {}},
-       fires=("batch_clamp", "batch_detach", "batch_nan_to_num"), grad=False, note="input holds nan and inf"),
+       grad=False, note="input holds nan and inf; upstream expects batch_clamp/batch_nan_to_num/batch_detach to "
+       "fire, but the twenty chains all read the same x and our e-graph merges them into one chain (3 ops), so "
+       "there is nothing left to batch; math_op_fusion_distinct checks the batching"),
+    _m("math_op_fusion_distinct", "test_math_op_fusion", MathOpsDistinct, _math_inputs,
+       pre={"normalization_pass": {}, "batch_detach": {}, "batch_nan_to_num": {}, "batch_clamp": {},
+            "unbind_stack_pass": {}, "unbind_stack_to_slices_pass": {}},
+       fires=("batch_clamp", "batch_detach", "batch_nan_to_num"), grad=False,
+       note="upstream's MathOps on twenty distinct inputs (each with nan and inf), so the chains stay distinct"),
     _m("batch_dropout", "test_batch_dropout_pre_grad_fusion", Dropouts, _inputs((10, 100)),
        pre={"normalization_pass": {}, "batch_dropout": {}}, fires=("batch_dropout",), values=False,
        note="training-mode dropout: random, so shapes and dtypes only"),
