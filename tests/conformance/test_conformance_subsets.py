@@ -7,19 +7,20 @@ graph either way), until ``max_fuse_set_size`` members; the subset is yielded wh
 ``min_fuse_set_size`` members; the candidates not taken are walked again for the next subset.
 
 Each case is data: a DAG (node -> its inputs), the candidates in order, min/max, and the expected
-subsets. The data is checked against the installed torch's function (so the port is right), and
-against optimus_eq's grouping once the horizontal patterns are registered: the function is looked up
-under the names in ``_OURS``; it takes ``(candidates, options)`` like upstream's.
+subsets. The data is checked against the installed torch's function (so the port is right) and against
+``optimus_eq.horizontal.find_independent_subset_greedy`` (:mod:`optimus_eq.horizontal.subsets`), which
+takes ``(candidates, options)`` like upstream's and shares its selection rule (``greedy_round``) with
+the plan's group analysis. Where ours differs on purpose it is asserted below: no subsets at all when
+``max_fuse_set_size < 1`` (upstream loops forever), and duplicate candidates count once.
 """
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
 import torch
 
-from conformance import requires_patterns
+from optimus_eq.horizontal import find_independent_subset_greedy
+from optimus_eq.horizontal.subsets import greedy_round
 
 # (DAG, candidates, min_fuse_set_size, max_fuse_set_size, expected subsets); DAG: node -> its inputs
 CASES = [
@@ -63,6 +64,14 @@ CASES += [
     (_DAG13, _CAND13, 0, 3, [["n9", "n2", "n5"], ["n8", "n10", "n4"], ["n6", "n3", "n0"], ["n13"], ["n7"]]),  # max_fuse
 ]
 
+# ours, beyond upstream's tests (checked against upstream's function too): walk order decides the subsets
+# (the plan walks in topological order), and a dependency through a non-candidate node (n0 -> x -> n1) counts
+CASES += [
+    ({"n0": (), "n1": ("n0",), "n2": ()}, ["n0", "n1", "n2"], 0, 100, [["n0", "n2"], ["n1"]]),
+    ({"n0": (), "n1": ("n0",), "n2": ()}, ["n1", "n0", "n2"], 0, 100, [["n1", "n2"], ["n0"]]),
+    ({"n0": (), "x": ("n0",), "n1": ("x",), "n2": ()}, ["n1", "n2", "n0"], 2, 100, [["n1", "n2"]]),
+]
+
 
 def build_graph(dag: dict) -> dict:
     """An FX graph with one placeholder per DAG node, its args the node's inputs; name -> node."""
@@ -91,26 +100,34 @@ def test_upstream_function_agrees_with_the_ported_data(dag, candidates, lo, hi, 
     assert _run(find_independent_subset_greedy, dag, candidates, lo, hi) == expected
 
 
-#: where optimus_eq's grouping may live (module, function); the first found is tested
-_OURS = [("optimus_greedy", "find_independent_subset_greedy"), ("optimus_greedy.grouping", "find_independent_subset_greedy"),
-         ("optimus_eq.horizontal", "find_independent_subset_greedy"), ("optimus_eq.horizontal.groups", "find_independent_subset_greedy"),
-         ("optimus_eq.horizontal", "independent_subsets"), ("optimus_eq.horizontal.groups", "independent_subsets")]
-
-
-def _ours():
-    for mod, name in _OURS:
-        try:
-            fn = getattr(importlib.import_module(mod), name, None)
-        except ImportError:
-            continue
-        if fn is not None:
-            return fn
-    return None
-
-
-@requires_patterns("batch_linear")
 @pytest.mark.parametrize("dag,candidates,lo,hi,expected", CASES)
 def test_ours_matches_upstream_grouping(dag, candidates, lo, hi, expected):
-    fn = _ours()
-    assert fn is not None, f"horizontal patterns are registered, but no grouping function at {_OURS}"
-    assert _run(fn, dag, candidates, lo, hi) == expected
+    assert _run(find_independent_subset_greedy, dag, candidates, lo, hi) == expected
+
+
+def test_no_subsets_when_max_fuse_set_size_is_zero():
+    """Upstream's loop never ends with ``max_fuse_set_size=0``; ours yields nothing."""
+    assert _run(find_independent_subset_greedy, {"n0": (), "n1": ()}, ["n0", "n1"], 0, 0) == []
+
+
+def test_duplicate_candidates_count_once():
+    assert _run(find_independent_subset_greedy, {"n0": (), "n1": ()}, ["n0", "n1", "n0"], 0, 100) == [["n0", "n1"]]
+
+
+def test_empty_candidates_yield_nothing_even_with_min_zero():
+    assert _run(find_independent_subset_greedy, {"n0": ()}, [], 0, 100) == []
+
+
+def test_greedy_round_on_bitsets():
+    """One round: c1 depends on c0 (bit 0), so c1 waits; c3 is an input of c2 (bit 3 in c2's bitset),
+    so c3 waits too; at most ``max_size`` members."""
+    cands = ["c0", "c1", "c2", "c3"]
+    anc = [0, 0b0001, 0b1000, 0]
+    assert greedy_round(cands, anc, 10) == (["c0", "c2"], ["c1", "c3"])
+    assert greedy_round(cands, anc, 1) == (["c0"], ["c1", "c2", "c3"])
+
+
+def test_candidates_from_two_graphs_are_refused():
+    a, b = build_graph({"n0": ()}), build_graph({"n0": ()})
+    with pytest.raises(ValueError):
+        list(find_independent_subset_greedy([a["n0"], b["n0"]], {"min_fuse_set_size": 0, "max_fuse_set_size": 9}))

@@ -1,5 +1,6 @@
 """Horizontal fusion: many independent identical ops -> one batched op (DESIGN.md, principle 3).
 
+* :mod:`.subsets`: Optimus' greedy independent subsets (``find_independent_subset_greedy``);
 * :mod:`.plan`: group analysis on an extracted plan (networkx; same op, attributes, shapes, dtypes and
   devices; mutually independent; Optimus' greedy independent subsets, fuse-set sizes and search depth);
 * :mod:`.builders`: group keys and the fused alternative of each pattern, in the term language;
@@ -14,7 +15,8 @@ builder) through the same ``register`` call as a vertical one; both strategies u
 from optimus_eq.horizontal.driver import DEFAULT_OPTIONS, HorizontalContext, fuse_round
 from optimus_eq.horizontal.plan import Member, PlanGraph
 from optimus_eq.horizontal.rows import RowWriter
+from optimus_eq.horizontal.subsets import find_independent_subset_greedy
 from optimus_eq.patterns.registry import HorizontalPattern
 
 __all__ = ["DEFAULT_OPTIONS", "HorizontalContext", "HorizontalPattern", "Member", "PlanGraph", "RowWriter",
-           "fuse_round"]
+           "find_independent_subset_greedy", "fuse_round"]

@@ -11,8 +11,11 @@ Candidates are gathered the Optimus way (upstream torch/_inductor/fx_passes/grou
 ``get_fusion_candidates`` and ``find_independent_subset_greedy``; read for the rule, code our own): from
 every value in reverse topological order, a breadth-first search over its inputs up to
 ``max_fuse_search_depth`` hops collects the ops a pattern matches (it does not search past a match); ops
-with equal group keys form a candidate list; greedy independent subsets of it, in topological order, of
-at most ``max_fuse_set_size`` members, are fused when they have at least ``min_fuse_set_size``. After
+with equal group keys form a candidate list; greedy independent subsets of it (:mod:`.subsets`), of
+at most ``max_fuse_set_size`` members, are fused when they have at least ``min_fuse_set_size``.
+Unlike upstream, which walks a candidate list in breadth-first order from its search root, the walk is
+in topological order, so the subsets depend on the candidates and the graph only, not on which
+search root found them in which breadth-first order (same rule, possibly other subsets). After
 each fused subset the graph gets the fused op (inputs of all members -> fused op -> every member), so
 later subsets are checked against the dependencies fusion created.
 
@@ -29,6 +32,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import networkx as nx
+
+from optimus_eq.horizontal.subsets import greedy_round
 
 LIST_OPS = frozenset(["Cons", "Nil", "ACons", "ANil"])
 
@@ -238,19 +243,17 @@ class PlanGraph:
                 yield from self._independent_subsets(cands, options, fused)
 
     def _independent_subsets(self, cands: list, options: dict, fused: set) -> Iterator[list[Member]]:
+        """Greedy independent subsets (:func:`.subsets.greedy_round`) of ``cands``, walked in topological
+        order; the caller adds each yielded subset's fused op to the graph before the next round."""
         lo, hi = options["min_fuse_set_size"], options["max_fuse_set_size"]
-        remaining = [c for c in cands if c not in fused]
-        while len(remaining) >= lo:
+        remaining = [c for c in dict.fromkeys(cands) if c not in fused]
+        if hi < 1:
+            return
+        while remaining and len(remaining) >= lo:
             pos = self._positions()
             remaining.sort(key=pos.__getitem__)
             anc = self._ancestor_bits(remaining, pos)
-            subset, taken, rest = [], 0, []
-            for i, c in enumerate(remaining):
-                if len(subset) < hi and not (anc[c] & taken):
-                    subset.append(c)
-                    taken |= 1 << i
-                else:
-                    rest.append(c)
+            subset, rest = greedy_round(remaining, [anc[c] for c in remaining], hi)
             if len(subset) >= lo:
                 yield [self.member(c) for c in subset]
             remaining = [c for c in rest if c not in fused]
