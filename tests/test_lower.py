@@ -94,12 +94,24 @@ def test_meta_matches_fake_tensor_prop_dynamo(strategy, grad):
     assert_meta_like_fake_tensor_prop(gm2, gm)
 
 
-def test_meta_matches_fake_tensor_prop_synthetic(strategy):
+def test_meta_matches_fake_tensor_prop_synthetic(strategy, monkeypatch):
+    import optimus_bridge.lower as lower
     from synthetic import make_rec_graph
 
+    fast = {"view": 0, "cat": 0}
+    for kind in fast:
+        orig = getattr(lower, f"_fast_{kind}")
+
+        def counted(*a, _orig=orig, _kind=kind):
+            out = _orig(*a)
+            fast[_kind] += out is not None
+            return out
+
+        monkeypatch.setattr(lower, f"_fast_{kind}", counted)
     gm, inputs = make_rec_graph(num_fields=8, layers=8)
     gm2, report = optimus_eq.optimize(gm, inputs, strategy=strategy)
     assert report.fallback is None and report.ops_after["narrow"] > 0 and report.ops_after["cat"] > 0
+    assert fast["view"] >= report.ops_after["narrow"] and fast["cat"] >= report.ops_after["cat"], fast
     assert_meta_like_fake_tensor_prop(gm2, gm)
 
 

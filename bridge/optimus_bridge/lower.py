@@ -482,7 +482,7 @@ def _fast_cat(n: Node, env: dict, fake_type, mode):
     """Meta of ``torch.cat(tensors, dim)`` / ``torch.stack(tensors, dim)`` of same-dtype, same-device tensors
     of static rank-r shapes, r < 4 (a fresh contiguous tensor), or None when another path must decide."""
     args = n.args
-    if not 1 <= len(args) <= 2 or type(args[0]) not in (list, tuple):
+    if not 1 <= len(args) <= 2 or not isinstance(args[0], (list, tuple)):  # FX stores an immutable_list
         return None
     vals = [env.get(a) if type(a) is Node else None for a in args[0]]
     if not vals or not all(isinstance(v, fake_type) for v in vals):
