@@ -233,3 +233,33 @@ def test_random_output_layouts(layout):
     for strategy in ("greedy", "eqsat"):
         r = check(f, [rand(*shape)], strategy, source="fx")
         _no_fallback_warning(r)
+
+
+@pytest.mark.slow
+def test_restrided_outputs_through_inductor():
+    """End to end: the copies that give outputs eager's layout compile with Inductor (keep_output_stride)
+    to outputs with eager's strides, values and gradients, with no fallback."""
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+    from torch._dynamo.utils import counters
+
+    def f(x, y):
+        return torch.cat([x], 1).unbind(2)[1], y.t().contiguous().t() * 1
+
+    torch._dynamo.reset()
+    counters["optimus_eq"].clear()
+    x, y = rand(3, 4, 5, seed=0), rand(4, 6, seed=1)
+    with inductor_config.patch(fx_graph_cache=False), functorch_config.patch(enable_autograd_cache=False):
+        compiled = torch.compile(f, backend=optimus_eq.backend(strategy="eqsat"))
+        xo, yo = x.clone().requires_grad_(), y.clone().requires_grad_()
+        xr, yr = x.clone().requires_grad_(), y.clone().requires_grad_()
+        act, exp = compiled(xo, yo), f(xr, yr)
+    for a, e in zip(act, exp):
+        assert_same_tensor(a, e)
+        assert a.stride() == e.stride()
+    sum((a * (i + 2)).sum() for i, a in enumerate(act)).backward()
+    sum((e * (i + 2)).sum() for i, e in enumerate(exp)).backward()
+    torch.testing.assert_close(xo.grad, xr.grad)
+    torch.testing.assert_close(yo.grad, yr.grad)
+    assert counters["optimus_eq"]["fallback"] == 0
+    assert optimus_eq.last_reports[-1].ops_after.get("new_empty_strided", 0) >= 1
