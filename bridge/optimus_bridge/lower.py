@@ -4,10 +4,13 @@ Lowering is a table keyed by constructor (:data:`_VIEW_LOWERING` plus the recipe
 Each chosen e-node is emitted once, so sharing is preserved. Kept (opaque) FX nodes are copied in
 their original relative order, which keeps the order of in-place mutations and random ops.
 
-Afterwards the outputs are checked against the original graph's: an output that used to own its
-storage (a cat, say) but now aliases an input or another output gets a ``clone``; an output whose
-strides differ from eager's gets ``.contiguous()`` when eager's was contiguous. Meta (``val`` and
-``example_value`` FakeTensors) is filled by FakeTensorProp for Inductor.
+Meta (``val`` and ``example_value`` FakeTensors) is filled for Inductor: FakeTensorProp's values, computed
+on faster paths where they are known to agree (:func:`_propagate_meta`). Then the outputs are checked against
+the original graph's, from the FakeTensors of both: an output that shares storage with an input or another
+output where eager's did not (a cat of every piece of x folded to x) gets a copy, and an output whose
+strides differ from eager's gets a copy with eager's strides (contiguous clone, or ``new_empty_strided`` +
+``copy_`` for other layouts: a view into a cat that folded away keeps its gaps). Only layouts no copy can
+have (expanded, overlapping) fall back. The GraphModule generates its Python code on first use, as dynamo's.
 """
 
 from __future__ import annotations
@@ -24,12 +27,23 @@ from optimus_bridge import vocab
 from optimus_bridge.translate import Slot, Translation, dropout_draws, meta_val
 from optimus_eq.extract import EGraphView, no_gc
 
+def _call(g: Graph, target, args: tuple, kwargs: dict | None = None, name: str | None = None) -> Node:
+    """``g.call_function(target, args, kwargs)``, with the arguments set after the node is created: the
+    same node, without ``create_node``'s walk over the arguments looking for raw SymInts (ours are ints and
+    nodes), which was a fifth of lowering at 20k nodes. ``name`` saves deriving it from the target."""
+    n = g.create_node("call_function", target, name=name)
+    if kwargs:
+        n.kwargs = kwargs
+    n.args = args
+    return n
+
+
 _VIEW_LOWERING: dict[str, Callable] = {
-    "Narrow": lambda g, x, lit: g.call_function(torch.narrow, (x, lit[0], lit[1], lit[2])),
-    "Select": lambda g, x, lit: g.call_function(torch.select, (x, lit[0], lit[1])),
-    "Unsqueeze": lambda g, x, lit: g.call_function(torch.unsqueeze, (x, lit[0])),
-    "Reshape": lambda g, x, lit: g.call_function(torch.reshape, (x, tuple(lit[0]))),
-    "Permute": lambda g, x, lit: g.call_function(torch.permute, (x, tuple(lit[0]))),
+    "Narrow": lambda g, x, lit: _call(g, torch.narrow, (x, lit[0], lit[1], lit[2]), name="narrow"),
+    "Select": lambda g, x, lit: _call(g, torch.select, (x, lit[0], lit[1]), name="select"),
+    "Unsqueeze": lambda g, x, lit: _call(g, torch.unsqueeze, (x, lit[0]), name="unsqueeze"),
+    "Reshape": lambda g, x, lit: _call(g, torch.reshape, (x, tuple(lit[0])), name="reshape"),
+    "Permute": lambda g, x, lit: _call(g, torch.permute, (x, tuple(lit[0])), name="permute"),
 }
 
 _VIEW_TARGETS = {torch.narrow, torch.select, torch.unsqueeze, torch.reshape, torch.permute}
@@ -46,6 +60,8 @@ class IRLevel:
         is_fresh: does an original node return new storage (a cat, a matmul)?
         cat: ``f(graph, tensors, dim) -> Node``; ``stack`` likewise, or None to emit a cat of unsqueezes.
         clone: ``f(graph, x, memory_format) -> Node``; ``contiguous``: ``f(graph, x) -> Node``.
+        restride: ``f(graph, x, shape, strides) -> [Node, ...]``, a copy of x with exactly these strides (for
+            outputs whose eager layout is not contiguous), or None: such outputs fall back.
     """
 
     views: dict
@@ -56,6 +72,7 @@ class IRLevel:
     stack: Callable | None
     clone: Callable
     contiguous: Callable
+    restride: Callable | None = None
 
 
 class LoweringError(RuntimeError):
@@ -162,9 +179,11 @@ class Lowerer:
             vals = [self.cval[c] for c in kids]
             args = torch.fx.node.map_aggregate(recipe.args, lambda a: vals[a.index] if isinstance(a, Slot) else a)
             kwargs = torch.fx.node.map_aggregate(recipe.kwargs, lambda a: vals[a.index] if isinstance(a, Slot) else a)
-            if recipe.op == "call_method":
-                return g.call_method(recipe.target, tuple(args), dict(kwargs))
-            return g.call_function(recipe.target, tuple(args), dict(kwargs))
+            n = g.create_node(recipe.op, recipe.target)  # arguments set after: see _call
+            if kwargs:
+                n.kwargs = dict(kwargs)
+            n.args = tuple(args)
+            return n
         raise LoweringError(f"no lowering for e-node {op}")
 
     def run(self) -> GraphModule:
@@ -181,14 +200,14 @@ class Lowerer:
             new_out.meta = dict(out_node.meta)
         finally:
             sys.setrecursionlimit(old_limit)
-        self._unalias_outputs(out_node, new_out)
         self._remove_dead_terms()
         copies = set(self.env.values())
         _propagate_meta(self.graph, self.t.gm, self.t.gm, lambda n: n not in copies)
-        added = _fix_strides(self.graph, out_node, self.level)
-        if added:
-            _propagate_meta(self.graph, self.t.gm, self.t.gm, lambda n: True, only=added)
-        return GraphModule(self.t.gm, self.graph)
+        for fix in (_unalias_outputs, _fix_strides):
+            added = fix(self.graph, out_node, self.level)
+            if added:
+                _propagate_meta(self.graph, self.t.gm, self.t.gm, lambda n: True, only=added)
+        return _graph_module(self.t.gm, self.graph)
 
     def _remove_dead_terms(self) -> None:
         """Drop emitted term nodes nobody uses; kept (copied) nodes always stay."""
@@ -197,34 +216,8 @@ class Lowerer:
             if not n.users and n.op != "output" and n not in copies:
                 self.graph.erase_node(n)
 
-    def _unalias_outputs(self, old_out: Node, new_out: Node) -> None:
-        old = _flat_nodes(old_out.args[0])
-        new = _flat_nodes(new_out.args[0])
-        if len(old) != len(new):
-            raise LoweringError("output structure changed")
-        level = self.level
-        new_roots = [_storage_root(n, lambda x: x.op == "call_function" and x.target in level.view_targets
-                                   or level.is_view(x)) for n in new]
-        old_roots = [_storage_root(n, level.is_view) for n in old]
-        copy_of = {v: k for k, v in self.env.items()}
-        seen: dict[Node, Node] = {}
-        for i, (o, n, oroot, nroot) in enumerate(zip(old, new, old_roots, new_roots)):
-            if not isinstance(o, Node) or not isinstance(meta_val(o), torch.Tensor):
-                continue
-            fresh_before = oroot.op in ("call_function", "call_method") and level.is_fresh(oroot)
-            foreign = (nroot.op in ("placeholder", "get_attr")
-                       or (nroot in seen and seen[nroot] is not oroot)
-                       or (nroot in copy_of and copy_of[nroot] is not oroot))
-            if fresh_before and foreign:
-                with self.graph.inserting_before(new_out):
-                    fmt = torch.contiguous_format if meta_val(o).is_contiguous() else torch.preserve_format
-                    clone = level.clone(self.graph, n, fmt)
-                _replace_output_at(new_out, i, clone)
-                nroot = clone
-            seen.setdefault(nroot, oroot)
-
-
 def _is_view(n: Node) -> bool:
+    """Does a Torch-IR node return a view of its first input (``TORCH_IR.is_view``)?"""
     name = vocab.op_name(n)
     return name is not None and name not in vocab.FRESH_OPS and name not in ("dropout",) and \
         n.op in ("call_function", "call_method")
@@ -237,10 +230,62 @@ def _is_fresh(n: Node) -> bool:
     return name in vocab.FRESH_OPS or (name == "dropout" and not vocab.is_mutation(n) and dropout_draws(n))
 
 
-def _storage_root(n: Node, is_view) -> Node:
-    while is_view(n) and n.all_input_nodes:
-        n = n.all_input_nodes[0]
-    return n
+def _storage(v) -> int | None:
+    """Identity of the storage behind a FakeTensor (views share it), or None for no tensor data."""
+    if not isinstance(v, torch.Tensor):
+        return None
+    try:
+        if _static(v) and v.numel() == 0:
+            return None
+        return v.untyped_storage()._cdata
+    except Exception:  # a tensor subclass without a storage: assume it aliases nothing
+        return None
+
+
+def _aliases(values: list, graph: Graph) -> list[set]:
+    """Per output value: the inputs (``("in", target)``: placeholders and attributes of ``graph``) and earlier
+    outputs (``("out", k)``) it shares storage with."""
+    ins = {}
+    for n in graph.nodes:
+        if n.op in ("placeholder", "get_attr"):
+            s = _storage(meta_val(n))
+            if s is not None:
+                ins.setdefault(s, set()).add(("in", str(n.target)))
+    outs = [_storage(v) for v in values]
+    return [(ins.get(s, set()) | {("out", k) for k in range(i) if outs[k] == s}) if s is not None else set()
+            for i, s in enumerate(outs)]
+
+
+def _unalias_outputs(graph: Graph, old_out: Node, level: "IRLevel") -> list[Node]:
+    """Copy each output that shares storage with an input or another output where eager's does not (a cat
+    of every piece of x folds to x itself, but eager returned a new tensor). The copy has eager's layout
+    (:func:`_copy_like`). Aliasing is read from the FakeTensor meta of both graphs (views share storage).
+    Returns the nodes added.
+
+    Raises:
+        LoweringError: the output structure changed, or an output that eager returns as a view of an input
+            is a new tensor here (a later in-place change of it would no longer reach the input).
+    """
+    new_out = next(n for n in reversed(graph.nodes) if n.op == "output")
+    old, new = _flat_nodes(old_out.args[0]), _flat_nodes(new_out.args[0])
+    if len(old) != len(new):
+        raise LoweringError("output structure changed")
+    old_vals = [meta_val(o) if isinstance(o, Node) else None for o in old]
+    new_vals = [meta_val(n) if isinstance(n, Node) else None for n in new]
+    eager, ours = _aliases(old_vals, old_out.graph), _aliases(new_vals, graph)
+    added: list[Node] = []
+    for i, (o, n) in enumerate(zip(old, new)):
+        if not isinstance(old_vals[i], torch.Tensor) or not isinstance(n, Node):
+            continue
+        lost = {a for a in eager[i] - ours[i] if a[0] == "in"}
+        if lost:
+            raise LoweringError(f"output {i} is a view of {min(lost)[1]} in eager, a new tensor here")
+        if ours[i] - eager[i]:
+            with graph.inserting_before(new_out):
+                nodes = _copy_like(graph, n, old_vals[i], level)
+            _replace_output_at(new_out, i, nodes[-1])
+            added.extend(nodes)
+    return added
 
 
 def _flat_nodes(args) -> list:
@@ -258,8 +303,50 @@ def _replace_output_at(out: Node, index: int, value: Node) -> None:
     out.args = (torch.fx.node.map_aggregate(out.args[0], swap),)
 
 
-def _fix_strides(graph: Graph, old_out: Node, level: IRLevel) -> list[Node]:
-    """Make outputs contiguous where eager's were and ours are not. Returns the nodes added."""
+def _observable_strides(t: torch.Tensor) -> tuple:
+    """Strides of the dims of size > 1 (a size-1 dim's stride changes no address)."""
+    return tuple(st for st, n in zip(t.stride(), t.shape) if n != 1)
+
+
+def _non_overlapping(t: torch.Tensor) -> bool:
+    """No two elements of ``t`` share an address (dims by increasing stride, each past the span before)."""
+    span = 1
+    for st, n in sorted((st, n) for st, n in zip(t.stride(), t.shape) if n != 1):
+        if st < span:
+            return False
+        span += (n - 1) * st
+    return True
+
+
+def _restridable(like: torch.Tensor, level: "IRLevel") -> bool:
+    return level.restride is not None and _static(like) and _non_overlapping(like)
+
+
+def _copy_like(graph: Graph, value: Node, like: torch.Tensor, level: "IRLevel") -> list[Node]:
+    """Nodes computing a fresh tensor equal to ``value`` laid out like ``like`` (eager's output): a contiguous
+    clone, or ``level.restride`` (Torch-IR: ``value.new_empty_strided(shape, strides).copy_(value)``) for any
+    other non-overlapping layout (gaps included: a view into a larger buffer). Expanded or symbolic layouts,
+    and levels without ``restride``, get a ``preserve_format`` clone (the caller checks the strides).
+    Inserted at the graph's insert point; returns the new nodes, the result last."""
+    if like.is_contiguous():
+        return [level.clone(graph, value, torch.contiguous_format)]
+    if not _restridable(like, level):
+        return [level.clone(graph, value, torch.preserve_format)]
+    return level.restride(graph, value, tuple(like.shape), tuple(like.stride()))
+
+
+def _restride_torch(g: Graph, x: Node, shape: tuple, stride: tuple) -> list[Node]:
+    buf = g.call_method("new_empty_strided", (x, shape, stride))
+    return [buf, g.call_method("copy_", (buf, x))]
+
+
+def _fix_strides(graph: Graph, old_out: Node, level: "IRLevel") -> list[Node]:
+    """Give each output eager's strides where ours differ (see :func:`_copy_like`). Returns the nodes added.
+
+    Raises:
+        LoweringError: an output changed shape or dtype, or its layout cannot be reproduced (eager's is
+            expanded or overlapping, or symbolic, or the level has no ``restride``).
+    """
     new_out = next(n for n in reversed(graph.nodes) if n.op == "output")
     old, new = _flat_nodes(old_out.args[0]), _flat_nodes(new_out.args[0])
     added = []
@@ -270,13 +357,13 @@ def _fix_strides(graph: Graph, old_out: Node, level: IRLevel) -> list[Node]:
         if tuple(ov.shape) != tuple(nv.shape) or ov.dtype != nv.dtype:
             raise LoweringError(f"output {i} changed shape or dtype: {tuple(ov.shape)} {ov.dtype} -> "
                                 f"{tuple(nv.shape)} {nv.dtype}")
-        if ov.numel() > 1 and ov.stride() != nv.stride():
-            if not ov.is_contiguous():
+        if ov.numel() > 1 and _observable_strides(ov) != _observable_strides(nv):
+            if not ov.is_contiguous() and not _restridable(ov, level):
                 raise LoweringError(f"output {i} strides {nv.stride()} differ from eager's {ov.stride()}")
             with graph.inserting_before(new_out):
-                c = level.contiguous(graph, n)
-            _replace_output_at(new_out, i, c)
-            added.append(c)
+                nodes = _copy_like(graph, n, ov, level)
+            _replace_output_at(new_out, i, nodes[-1])
+            added.extend(nodes)
     return added
 
 
@@ -347,22 +434,109 @@ def _propagate_meta(graph: Graph, root: torch.nn.Module, original: GraphModule, 
             if "val" in n.meta:
                 env[n] = n.meta["val"]
     for n in nodes:
-        if n.op == "placeholder":
+        op = n.op
+        if op == "placeholder":
             val = env[n] = next(placeholders)
             if val is not None:
-                n.meta["val"] = val
-        elif n.op == "output":
+                n.meta["val"] = n.meta["example_value"] = val
             continue
-        elif static and n.op in ("call_function", "call_method") and not _slow_meta(n.target) and fast(n):
-            try:
-                val = env[n] = _fast_node(n, env, twins, twin_of, FakeTensor, mode)
-                n.meta["val"] = val
-            except _NotFast:
-                env[n] = slow(n)
-        else:
+        if op == "output":
+            continue
+        val = None
+        if static and (op == "call_function" or op == "call_method") and fast(n):
+            target = n.target
+            view = _VIEW_META.get(target) if op == "call_function" and type(target) is not str else None
+            if view is not None and not n.kwargs and type(n.args[0]) is Node:
+                val = _fast_view(n, env, twins, twin_of, FakeTensor, mode)
+            elif view is None and _CAT_META.get(target) and not n.kwargs:
+                val = _fast_cat(n, env, FakeTensor, mode)
+            if val is None and not _slow_meta(target):
+                try:
+                    val = _fast_node(n, env, twins, twin_of, FakeTensor, mode)
+                except _NotFast:
+                    pass
+        if val is None:
             env[n] = slow(n)
-        if "val" in n.meta:
-            n.meta["example_value"] = n.meta["val"]
+            if "val" in n.meta:
+                n.meta["example_value"] = n.meta["val"]
+        else:
+            env[n] = n.meta["val"] = n.meta["example_value"] = val
+
+
+#: View ops whose plain meta kernel gives exactly FakeTensorProp's result (the ops lowering emits for the
+#: canonical view terms); they take the shortest path: one call on the input's meta twin.
+_VIEW_META = {torch.narrow: True, torch.select: True, torch.unsqueeze: True, torch.permute: True}
+#: cat/stack, whose meta is a Python reference (~1-2 ms at 100 inputs): computed directly for inputs of
+#: rank < 4, where the result is always a new contiguous tensor (no channels-last memory format).
+_CAT_META = {torch.cat: "cat", torch.stack: "stack"}
+
+
+def _fast_view(n: Node, env: dict, twins: dict, twin_of, fake_type, mode):
+    """Meta of a view op on one tensor and constant ints (``torch.narrow(x, 1, 0, 4)``), or None."""
+    a = n.args[0]
+    v = env.get(a)
+    if not isinstance(v, fake_type):
+        return None
+    try:
+        out = n.target(twin_of(a), *n.args[1:])
+    except Exception:  # _NotFast (symbolic twin) or an argument the kernel rejects: the general paths
+        return None
+    twins[n] = out
+    return fake_type(mode, out, v.device)
+
+
+def _fast_cat(n: Node, env: dict, fake_type, mode):
+    """Meta of ``torch.cat(tensors, dim)`` / ``torch.stack(tensors, dim)`` of same-dtype, same-device tensors
+    of static rank-r shapes, r < 4 (a fresh contiguous tensor), or None when another path must decide."""
+    args = n.args
+    if not 1 <= len(args) <= 2 or not isinstance(args[0], (list, tuple)):  # FX stores an immutable_list
+        return None
+    vals = [env.get(a) if type(a) is Node else None for a in args[0]]
+    if not vals or not all(isinstance(v, fake_type) for v in vals):
+        return None
+    first = vals[0]
+    dtype, device, shape = first.dtype, first.device, first.shape
+    rank = len(shape)
+    stack = _CAT_META[n.target] == "stack"
+    dim = args[1] if len(args) > 1 else 0
+    out_rank = rank + 1 if stack else rank
+    if type(dim) is not int or not 0 < rank < 4 or not -out_rank <= dim < out_rank:
+        return None
+    dim %= out_rank
+    try:
+        if stack:
+            if any(v.dtype != dtype or v.device != device or v.shape != shape for v in vals):
+                return None
+            out_shape = [*shape[:dim], len(vals), *shape[dim:]]
+        else:
+            rest = (shape[:dim], shape[dim + 1:])
+            if any(v.dtype != dtype or v.device != device or len(v.shape) != rank
+                   or (v.shape[:dim], v.shape[dim + 1:]) != rest for v in vals):
+                return None
+            out_shape = list(shape)
+            out_shape[dim] = sum(v.shape[dim] for v in vals)
+    except Exception:  # a data-dependent symbolic size: FakeTensorProp decides
+        return None
+    if not all(type(d) is int for d in out_shape):
+        return None
+    return fake_type(mode, torch.empty(out_shape, dtype=dtype, device="meta"), device)
+
+
+def _graph_module(root: torch.nn.Module, graph: Graph) -> GraphModule:
+    """A GraphModule whose Python code is generated on first use (torch.fx's ``_LazyGraphModule``, what dynamo
+    hands to backends), like dynamo's graphs when ``torch._dynamo.config.use_lazy_graph_module`` is on.
+
+    Inductor never needs the code (AOTAutograd runs the graph with an Interpreter), and generating and
+    compiling it costs about 1 s at 20k nodes; a caller who runs or prints the module pays it then.
+    """
+    try:
+        from torch._dynamo import config
+        from torch.fx._lazy_graph_module import _LazyGraphModule
+    except ImportError:  # a torch without lazy graph modules
+        return GraphModule(root, graph)
+    if not getattr(config, "use_lazy_graph_module", True):
+        return GraphModule(root, graph)
+    return _LazyGraphModule(root, graph)
 
 
 class _NotFast(Exception):
@@ -403,28 +577,31 @@ class _Attrs(torch.nn.Module):
         return getattr(object.__getattribute__(self, "_root"), name)
 
 
+def _twin_arg(a, env: dict, twin_of, devices: set):
+    """``a`` with each tensor-valued node replaced by its meta twin (devices seen added to ``devices``). A
+    plain recursive function: a recursive closure is a reference cycle that keeps the whole environment
+    alive until the next garbage collection."""
+    if type(a) is Node:
+        v = env[a]
+        if isinstance(v, torch.Tensor):
+            devices.add(v.device)
+            return twin_of(a)
+        return v
+    if isinstance(a, (tuple, list)):
+        return type(a)([_twin_arg(x, env, twin_of, devices) for x in a])
+    if isinstance(a, dict):
+        return {k: _twin_arg(x, env, twin_of, devices) for k, x in a.items()}
+    if isinstance(a, Node):  # a Node subclass
+        raise _NotFast
+    return a
+
+
 def _fast_node(n: Node, env: dict, twins: dict, twin_of, fake_type, mode):
     """Run ``n`` on meta twins of its inputs; wrap the result as a FakeTensor (or raise _NotFast)."""
-    devices = set()
-
-    def arg(a):
-        if type(a) is Node:
-            v = env[a]
-            if isinstance(v, torch.Tensor):
-                devices.add(v.device)
-                return twin_of(a)
-            return v
-        if isinstance(a, (tuple, list)):
-            return type(a)([arg(x) for x in a])
-        if isinstance(a, dict):
-            return {k: arg(x) for k, x in a.items()}
-        if isinstance(a, Node):  # a Node subclass
-            raise _NotFast
-        return a
-
+    devices: set = set()
     try:
-        args = [arg(a) for a in n.args]
-        kwargs = {k: arg(a) for k, a in n.kwargs.items()} if n.kwargs else {}
+        args = [_twin_arg(a, env, twin_of, devices) for a in n.args]
+        kwargs = {k: _twin_arg(a, env, twin_of, devices) for k, a in n.kwargs.items()} if n.kwargs else {}
         if len(devices) != 1:  # no tensor input, or inputs on several devices: FakeTensor's rules
             raise _NotFast
         if n.op == "call_method":
@@ -458,8 +635,9 @@ TORCH_IR = IRLevel(
     view_targets=frozenset(_VIEW_TARGETS),
     is_view=_is_view,
     is_fresh=_is_fresh,
-    cat=lambda g, xs, d: g.call_function(torch.cat, (xs, d)),
-    stack=lambda g, xs, d: g.call_function(torch.stack, (xs, d)),
+    cat=lambda g, xs, d: _call(g, torch.cat, (xs, d), name="cat"),
+    stack=lambda g, xs, d: _call(g, torch.stack, (xs, d), name="stack"),
     clone=lambda g, x, fmt: g.call_method("clone", (x,), {"memory_format": fmt}),
     contiguous=lambda g, x: g.call_method("contiguous", (x,)),
+    restride=_restride_torch,
 )

@@ -540,7 +540,10 @@ class Translator:
                 return a
             raise Unsupported(f"argument of type {type(a).__name__}")
 
-        args, kwargs = sub(tuple(node.args)), sub(dict(node.kwargs))
+        try:
+            args, kwargs = sub(tuple(node.args)), sub(dict(node.kwargs))
+        finally:
+            del sub  # a recursive closure is a reference cycle: it would keep the Translator alive until a GC
         if not slots:
             raise Unsupported("no tensor input")
         types = (tuple(in_types), (str(val.dtype), str(val.device)))

@@ -12,7 +12,7 @@ from torch.fx import GraphModule
 
 from optimus_eq.cost import GPUCostModel
 from optimus_eq.egraph import EGraph, Limits
-from optimus_eq.extract import EGraphView, extract
+from optimus_eq.extract import EGraphView, extract, input_cost, no_gc
 from optimus_eq.options import select_patterns
 from optimus_eq.patterns import DEFAULT_REGISTRY, PatternRegistry
 from optimus_eq.report import Report
@@ -157,9 +157,10 @@ def optimize(
     if strategy != "none":
         phases = ["translate"]
         try:
-            result = _run(gm, example_inputs, strategy, chosen, limits or Limits(), extractor,
-                          cost_model or GPUCostModel(), ilp_seconds, ilp_max_nodes, registry, report, phases,
-                          dict(strategy_options or {}), level, pattern_options)
+            with no_gc():  # ~10^5 short-lived objects per 50k nodes: collections would cost more than the work
+                result = _run(gm, example_inputs, strategy, chosen, limits or Limits(), extractor,
+                              cost_model or GPUCostModel(), ilp_seconds, ilp_max_nodes, registry, report, phases,
+                              dict(strategy_options or {}), level, pattern_options)
         except Exception as exc:  # fail-safe: never break the user's model
             report.fallback = f"{phases[-1]} failed: {type(exc).__name__}: {exc}"
             warnings.warn(f"optimus_eq: {report.fallback}; returning the original graph", stacklevel=2)
@@ -243,38 +244,42 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
     t0 = time.perf_counter()
     _ensure_meta(gm, example_inputs, level)
     tr = translate(gm)
-    egraph = EGraph(patterns, subsume=search_mod.SUBSUME)
-    egraph.insert(tr.rows)
-    report.left_opaque = len(tr.kept)
-    canonical = "normalization_pass" if level == "pre_grad" else "normalization_aten_pass"
-    if tr.normalized and canonical in {p.name for p in patterns}:
-        report.patterns_fired[canonical] = tr.normalized
-    report.times["translate"] = (t1 := time.perf_counter()) - t0
+    with EGraph(patterns, subsume=search_mod.SUBSUME) as egraph:
+        egraph.insert(tr.rows)
+        report.left_opaque = len(tr.kept)
+        canonical = "normalization_pass" if level == "pre_grad" else "normalization_aten_pass"
+        if tr.normalized and canonical in {p.name for p in patterns}:
+            report.patterns_fired[canonical] = tr.normalized
+        report.times["translate"] = (t1 := time.perf_counter()) - t0
 
-    phases.append("search")
-    from optimus_eq.horizontal import HorizontalContext, fuse_round
+        phases.append("search")
+        from optimus_eq.horizontal import HorizontalContext, fuse_round
 
-    hctx = HorizontalContext(tr, cost_model, extractor, ilp_seconds, ilp_max_nodes, pattern_options or {})
-    if getattr(search_mod, "NEEDS_OBJECTIVE", False):
-        strategy_options.setdefault("objective", _objective(tr, cost_model))
-    def horizontal(eg, ps, destructive):
-        return fuse_round(eg, ps, hctx, destructive)
+        hctx = HorizontalContext(tr, cost_model, extractor, ilp_seconds, ilp_max_nodes, pattern_options or {})
+        if getattr(search_mod, "NEEDS_OBJECTIVE", False):
+            strategy_options.setdefault("objective", _objective(tr, cost_model))
 
-    horizontal.reset = lambda: (hctx.fired.clear(), hctx.members.clear())  # searches that backtrack
-    result = search_mod.search(egraph, patterns, limits, **strategy_options, horizontal=horizontal)
-    report.patterns_fired.update(hctx.fired)
-    report.iterations, report.stop_reason = result.iterations, result.stop_reason
-    for rule, n in result.rule_matches.items():
-        owner = registry.owner_of(rule)
-        if owner is not None and n:
-            report.patterns_fired[owner] += n
-    report.times["search"] = (t2 := time.perf_counter()) - t1
+        def horizontal(eg, ps, destructive):
+            return fuse_round(eg, ps, hctx, destructive)
 
-    phases.append("extract")
-    view = EGraphView.from_egraph(egraph)
+        horizontal.reset = lambda: (hctx.fired.clear(), hctx.members.clear())  # searches that backtrack
+        result = search_mod.search(egraph, patterns, limits, **strategy_options, horizontal=horizontal)
+        report.patterns_fired.update(hctx.fired)
+        report.iterations, report.stop_reason = result.iterations, result.stop_reason
+        for rule, n in result.rule_matches.items():
+            owner = registry.owner_of(rule)
+            if owner is not None and n:
+                report.patterns_fired[owner] += n
+        report.times["search"] = (t2 := time.perf_counter()) - t1
+
+        phases.append("extract")
+        view = EGraphView.from_egraph(egraph)
     if view.inconsistent:
         raise RuntimeError(f"inconsistent e-graph after search ({view.inconsistent[0]})")
     report.egraph_nodes, report.egraph_classes = len(view.nodes), len(view.classes)
+    # the plan that keeps every original term (each FX node's term paid once), in the same cost model
+    report.cost_before = input_cost(tr.rows, [tr.node_id[n] for n in dict.fromkeys(tr.roots)], tr.opaque_keys,
+                                    cost_model)
     roots, forced = _roots_and_forced(view, tr)
     ex = extract(view, roots, forced, cost_model, method=extractor, seconds=ilp_seconds,
                  ilp_max_nodes=ilp_max_nodes)

@@ -7,11 +7,14 @@ subsume their left-hand side (greedy) or keep it (eqsat).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import tempfile
+import threading
 import time
-from collections import Counter
+import weakref
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -55,8 +58,74 @@ def ruleset_name(pattern: Pattern) -> str:
     return f"p_{pattern.name}"
 
 
+class _Template:
+    """An e-graph holding only a program (sorts, tables, rules), lent out one user at a time: the user works
+    above an egglog ``push`` and gives it back with ``pop``, which restores the empty e-graph."""
+
+    def __init__(self, program: str) -> None:
+        self.egraph = eb.EGraph()
+        self.egraph.run_program(*self.egraph.parse_program(program))
+        self.lock = threading.Lock()
+        self.sizes = self.table_sizes()
+
+    def table_sizes(self) -> list:
+        (out,) = self.egraph.run_program(eb.PrintSize(_SPAN, None))
+        return sorted(out.sizes)
+
+
+#: program text -> its template (the most recently used few): declaring the program costs 0.2-0.3 s
+#: (egglog compiles each rule's query), a push or pop about 2 ms.
+_TEMPLATES: "OrderedDict[str, _Template]" = OrderedDict()
+_TEMPLATES_MAX = 8
+_TEMPLATES_LOCK = threading.Lock()
+
+
+def _lend(program: str, depth: list[int]):
+    """An ``egglog.bindings.EGraph`` with ``program`` declared, and the function that gives it back (or None
+    for an e-graph of the caller's own, when the template is lent out already). ``depth[0]`` counts the
+    pushes to undo when giving it back (1 for the lending push, plus the user's own pushes)."""
+    with _TEMPLATES_LOCK:
+        template = _TEMPLATES.get(program)
+        if template is not None:
+            _TEMPLATES.move_to_end(program)
+    if template is None:
+        template = _Template(program)
+        with _TEMPLATES_LOCK:
+            template = _TEMPLATES.setdefault(program, template)
+            while len(_TEMPLATES) > _TEMPLATES_MAX:
+                _TEMPLATES.popitem(last=False)
+    if not template.lock.acquire(blocking=False):  # in use (another thread, or a live EGraph): a fresh one
+        fresh = eb.EGraph()
+        fresh.run_program(*fresh.parse_program(program))
+        return fresh, None
+    try:
+        template.egraph.run_program(eb.Push(1))
+    except BaseException:
+        template.lock.release()
+        raise
+    return template.egraph, lambda: _give_back(program, template, depth)
+
+
+def _give_back(program: str, template: _Template, depth: list[int]) -> None:
+    try:
+        template.egraph.run_program(eb.Pop(_SPAN, depth[0]))
+        ok = template.table_sizes() == template.sizes  # back to the bare program, or never lend it again
+    except Exception:
+        ok = False
+    finally:
+        template.lock.release()
+    if not ok:
+        with _TEMPLATES_LOCK:
+            if _TEMPLATES.get(program) is template:
+                del _TEMPLATES[program]
+
+
 class EGraph:
     """An egglog e-graph with the term language, the analyses and the rules of ``patterns``.
+
+    The declarations are compiled once per distinct program (pattern set and ``subsume``) and kept in a
+    template e-graph; each EGraph works on the template above an egglog ``push`` and :meth:`close` (or
+    garbage collection) pops back to it. Two EGraphs alive at once get separate e-graphs.
 
     Args:
         patterns: the patterns whose rules are added, one ruleset each (named ``p_<pattern name>``).
@@ -65,12 +134,25 @@ class EGraph:
 
     def __init__(self, patterns: Sequence[Pattern], subsume: bool = False) -> None:
         self.patterns = [p for p in patterns if p.rules]
-        self.egraph = eb.EGraph()
         program = [SCHEMA, MOVEPERM_ROWS, LOAD_RULES, ANALYSIS_RULES]
         for p in self.patterns:
             program.append(f"(ruleset {ruleset_name(p)})")
             program.extend(r.to_egglog(ruleset_name(p), subsume) for r in p.rules)
-        self.egraph.run_program(*self.egraph.parse_program("\n".join(program)))
+        self._depth = [1]
+        self.egraph, give_back = _lend("\n".join(program), self._depth)
+        self._close = weakref.finalize(self, give_back) if give_back is not None else None
+
+    def close(self) -> None:
+        """Give the e-graph back (its contents are dropped); the EGraph cannot be used afterwards."""
+        if self._close is not None:
+            self._close()
+        self.egraph = None
+
+    def __enter__(self) -> "EGraph":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def insert(self, rows: dict[str, list[tuple]]) -> None:
         """Insert a whole graph given as integer rows per load relation (see optimus_bridge.translate).
@@ -84,9 +166,9 @@ class EGraph:
                 if not table:
                     continue
                 path = os.path.join(tmp, f"{relation}.tsv")
+                line = "\t".join(["%d"] * len(table[0])) + "\n"  # one C-level format for the whole table
                 with open(path, "w") as f:
-                    f.write("\n".join("\t".join(map(str, row)) for row in table))
-                    f.write("\n")
+                    f.write((line * len(table)) % tuple(itertools.chain.from_iterable(table)))
                 commands.append(eb.Input(_SPAN, relation, path))
             self.egraph.run_program(*commands)
         self.egraph.run_program(*self.egraph.parse_program("(run-schedule (run load_vec) (run load))"))
@@ -94,10 +176,18 @@ class EGraph:
     def push(self) -> None:
         """Save the e-graph's state (egglog ``push``); :meth:`pop` returns to it."""
         self.egraph.run_program(eb.Push(1))
+        self._depth[0] += 1
 
     def pop(self) -> None:
-        """Return to the state of the last :meth:`push` (egglog ``pop``), forgetting that snapshot."""
+        """Return to the state of the last :meth:`push` (egglog ``pop``), forgetting that snapshot.
+
+        Raises:
+            RuntimeError: without a matching :meth:`push`.
+        """
+        if self._depth[0] <= 1:
+            raise RuntimeError("EGraph.pop without a matching push")
         self.egraph.run_program(eb.Pop(_SPAN, 1))
+        self._depth[0] -= 1
 
     def size(self) -> int:
         """Number of term e-nodes (rows of the term constructors)."""

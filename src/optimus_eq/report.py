@@ -21,7 +21,10 @@ class Report:
         iterations: saturation iterations run (all passes together for greedy).
         stop_reason: ``"saturated"``, ``"iteration_limit"``, ``"node_limit"`` or ``"time_limit"``.
         extractor: ``"tree"`` or ``"ilp"``, with ``extract_note`` saying why the ILP was skipped.
-        cost_before, cost_after: cost-model estimate (microseconds) of the input and chosen plans.
+        cost_before: the cost model's estimate (microseconds) of the input graph: the plan that keeps
+            every original term, each paid once (two FX nodes computing one value are paid twice, as the
+            input graph computes both). None for ``"none"``.
+        cost_after: the cost model's estimate (microseconds) of the extracted plan (DAG cost).
         times: seconds per phase: ``translate``, ``search``, ``extract``, ``lower``, ``total``.
         fallback: the cause when the original graph was returned because something failed.
         left_opaque: FX nodes kept verbatim (outside the vocabulary, symbolic sizes, mutation).

@@ -1,0 +1,137 @@
+"""Plans (one chosen e-node per needed e-class): the :class:`Extraction` result, a plan's DAG cost and
+cycles, and the cost of the input graph (:func:`input_cost`, the plan that keeps every original term).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from optimus_eq.cost import GPUCostModel
+from optimus_eq.extract.view import EGraphView, no_gc
+
+
+@dataclass
+class Extraction:
+    """The chosen e-node per needed e-class, and what extraction did."""
+
+    choice: dict
+    dag_cost: float
+    method: str
+    seconds: float
+    ilp_rounds: int = 0
+    note: str = ""
+
+
+def _reachable(view: EGraphView, roots: list, choice: dict | None) -> list:
+    """Classes reachable from ``roots`` through the chosen e-nodes (or through all e-nodes if None)."""
+    seen: set = set()
+    order: list = []
+    stack = list(roots)
+    nodes, classes = view.nodes, view.classes
+    while stack:
+        c = stack.pop()
+        if c in seen:
+            continue
+        seen.add(c)
+        order.append(c)
+        if choice is not None:
+            stack.extend(nodes[choice[c]].children)
+        else:
+            for nid in classes[c]:
+                stack.extend(nodes[nid].children)
+    return order
+
+
+def dag_cost(view: EGraphView, roots: list, choice: dict) -> float:
+    """Cost of a plan with each chosen e-node paid once."""
+    return sum(view.nodes[choice[c]].cost for c in _reachable(view, roots, choice))
+
+
+def find_cycle(view: EGraphView, roots: list, choice: dict) -> list | None:
+    """An e-node cycle in the chosen plan (as e-node ids), or None when the plan is a DAG."""
+    color: dict = {}
+    for root in roots:
+        if color.get(root):
+            continue
+        stack = [(root, iter(view.nodes[choice[root]].children))]
+        path = [root]
+        color[root] = 1
+        while stack:
+            cls, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                color[cls] = 2
+                stack.pop()
+                path.pop()
+                continue
+            state = color.get(nxt, 0)
+            if state == 1:
+                cyc = path[path.index(nxt):]
+                return [choice[c] for c in cyc]
+            if state == 0:
+                color[nxt] = 1
+                path.append(nxt)
+                stack.append((nxt, iter(view.nodes[choice[nxt]].children)))
+    return None
+
+
+def input_cost(rows: dict, root_ids: list[int], opaque_keys, model: GPUCostModel | None = None) -> float:
+    """The cost model's estimate of the input graph: the DAG cost of the terms the translator inserted.
+
+    ``rows`` are the translator's insertion rows (``optimus_bridge.translate.Translation.rows``: one relation
+    per constructor, ``NarrowIn(id, x, d, s, l, n)``, ``ConsIn(list, d, x, rest)``, shapes in ``ShapeIn``);
+    ``root_ids`` the term ids of the roots (``Translation.node_id`` of ``Translation.roots``). Every term
+    is costed exactly as :meth:`EGraphView.assign_costs` costs the same e-node (opaque terms are free), and
+    each term reachable from the roots is paid once, like ``Extraction.dag_cost``. Two FX nodes computing
+    the same value are two terms here (the input graph computes both), which the e-graph would merge.
+    """
+    with no_gc():
+        return _input_cost(rows, root_ids, opaque_keys, model or GPUCostModel())
+
+
+def _input_cost(rows: dict, root_ids: list[int], opaque_keys, model: GPUCostModel) -> float:
+    numel_of_vec = {}
+    for rel, table in rows.items():
+        if rel.startswith("Vec") and rel.endswith("In"):
+            for row in table:
+                numel_of_vec[row[0]] = math.prod(row[1:])
+    size = {tid: numel_of_vec.get(vid) for tid, vid in rows.get("ShapeIn", ())}
+    lists = {lid: (x, rest) for lid, _, x, rest in rows.get("ConsIn", ())}
+    arglists = {lid: (x, rest) for lid, x, rest in rows.get("AConsIn", ())}
+
+    def elems(table: dict, lid: int) -> list[int]:
+        out = []
+        while lid in table:
+            x, lid = table[lid]
+            out.append(x)
+        return out
+
+    # term id -> (op, tensor children, numels of the e-node's children as the e-graph sees them, opaque)
+    terms: dict[int, tuple] = {}
+    for tid, key in rows.get("LeafIn", ()):
+        terms[tid] = ("Leaf", [], [], key in opaque_keys)
+    for tid, key, a in rows.get("ApplyIn", ()):
+        terms[tid] = ("Apply", elems(arglists, a), [None], key in opaque_keys)
+    for tid, l in rows.get("CatIn", ()):
+        terms[tid] = ("Cat", elems(lists, l), [None], False)
+    for rel, op in (("NarrowIn", "Narrow"), ("SelectIn", "Select"), ("UnsqueezeIn", "Unsqueeze"),
+                    ("ReshapeIn", "Reshape"), ("PermuteIn", "Permute")):
+        for row in rows.get(rel, ()):
+            terms[row[0]] = (op, [row[1]], [size.get(row[1])], False)
+    for tid, _, x in rows.get("UnaryIn", ()):
+        terms[tid] = ("Unary", [x], [size.get(x)], False)
+    for tid, _, x, y in rows.get("BinaryIn", ()):
+        terms[tid] = ("Binary", [x, y], [size.get(x), size.get(y)], False)
+    seen: set[int] = set()
+    stack = [r for r in root_ids if r in terms]
+    total = 0.0
+    while stack:
+        tid = stack.pop()
+        if tid in seen:
+            continue
+        seen.add(tid)
+        op, kids, ins, opaque = terms[tid]
+        total += model.node_cost(op, size.get(tid), ins, opaque)
+        stack.extend(k for k in kids if k in terms and k not in seen)
+    return total

@@ -1,0 +1,145 @@
+"""Making the ILP small before it is solved: class reachability and strongly connected components (scipy's
+sparse graph routines), e-nodes that can be in no acyclic plan dropped (:func:`_prune_cycles`), and the
+classes every plan needs or has no choice in (:func:`_prepare`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from optimus_eq.extract.tree import _Problem
+
+
+def _graph(n: int, src: np.ndarray, dst: np.ndarray):
+    from scipy.sparse import csr_matrix
+
+    return csr_matrix((np.ones(len(src), dtype=np.int8), (src, dst)), shape=(n, n))
+
+
+def _bfs(C: int, src: np.ndarray, dst: np.ndarray, roots: list[int]) -> np.ndarray:
+    """Mask of the classes reachable from ``roots`` along the edges ``src -> dst``."""
+    from scipy.sparse.csgraph import breadth_first_order
+
+    r = np.asarray(roots, dtype=np.int64)
+    g = _graph(C + 1, np.concatenate([src, np.full(len(r), C)]), np.concatenate([dst, r]))
+    mask = np.zeros(C + 1, dtype=bool)
+    mask[breadth_first_order(g, C, directed=True, return_predecessors=False)] = True
+    return mask[:C]
+
+
+def _sccs(C: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Strongly connected component of every class, and whether the class lies on a cycle."""
+    from scipy.sparse.csgraph import connected_components
+
+    _, label = connected_components(_graph(C, src, dst), directed=True, connection="strong")
+    return label, np.bincount(label, minlength=C)[label] > 1
+
+
+def _prune_cycles(p: _Problem, valid: np.ndarray, scc: np.ndarray, cyclic: np.ndarray, reach: np.ndarray) -> int:
+    """Drop e-nodes whose every derivation needs their own class (they can be in no acyclic plan).
+
+    Per strongly connected component S, ``need[c]`` (a bitset over S) under-approximates the classes of S
+    that every acyclic derivation of ``c`` uses: the intersection over c's e-nodes of the union, over their
+    children k in S, of ``{k} | need[k]``, iterated down from "underivable" to a fixpoint. An e-node of
+    ``c`` whose union contains ``c`` itself closes a cycle in every plan. Returns how many were dropped.
+
+    On split/cat graphs this removes every cycle of the e-graph we have seen (``x`` is ``view(cat(
+    unsqueeze(select(view(x)))))``: the cat can only be computed from ``x`` itself).
+    """
+    members: dict[int, list[int]] = defaultdict(list)
+    for c in np.flatnonzero(cyclic & reach).tolist():
+        members[int(scc[c])].append(c)
+    kids, cnodes = p.kids, p.cnodes
+    dropped = 0
+    for ms in members.values():
+        bit = {c: 1 << k for k, c in enumerate(ms)}
+        inner = {c: [(i, [k for k in kids[i] if k in bit]) for i in cnodes[c] if valid[i]] for c in ms}
+        parents: dict[int, set[int]] = defaultdict(set)
+        for c, nodes in inner.items():
+            for _, ks in nodes:
+                for k in ks:
+                    parents[k].add(c)
+        need: dict[int, int] = {}
+        work = list(ms)
+        queued = set(ms)
+        while work:
+            c = work.pop()
+            queued.discard(c)
+            acc = None
+            for _, ks in inner[c]:
+                dep = 0
+                for k in ks:
+                    nk = need.get(k)
+                    if nk is None:
+                        break
+                    dep |= bit[k] | nk
+                else:
+                    acc = dep if acc is None else acc & dep
+            if acc is not None and need.get(c) != acc:
+                need[c] = acc
+                for q in parents[c]:
+                    if q not in queued:
+                        queued.add(q)
+                        work.append(q)
+        for c, nodes in inner.items():
+            b = bit[c]
+            for i, ks in nodes:
+                dep = 0
+                for k in ks:
+                    dep |= bit[k] | need.get(k, 0)
+                if dep & b:
+                    valid[i] = False
+                    dropped += 1
+    return dropped
+
+
+@dataclass
+class _Prepared:
+    """The pruned problem (see the module docstring). Arrays are indexed by class unless said otherwise."""
+
+    valid: list[bool]          # per e-node: can be in an acyclic plan
+    reach: np.ndarray          # bool: reachable from the roots through valid e-nodes
+    nvalid: np.ndarray         # number of valid e-nodes
+    mandatory: np.ndarray      # bool: needed by every plan
+    fixed: np.ndarray          # bool: mandatory with one valid e-node (no variable)
+    scc: np.ndarray            # strongly connected component of the pruned class graph
+    cyclic: np.ndarray         # bool: lies on a cycle of the pruned class graph
+    pruned: int                # e-nodes dropped because every derivation of them is cyclic
+    cnodes: list[list[int]]
+
+    def vnodes(self, c: int) -> list[int]:
+        valid = self.valid
+        return [i for i in self.cnodes[c] if valid[i]]
+
+
+def _prepare(p: _Problem, tree_pick: list[int], rroots: list[int]) -> _Prepared:
+    C, N = len(p.cids), len(p.kids)
+    derivable = np.asarray(tree_pick, dtype=np.int64) >= 0
+    bad_kid = np.bincount(p.enode, weights=~derivable[p.flat], minlength=N) > 0
+    fnode = np.full(C, -1, dtype=np.int64)
+    for c, i in p.forced.items():
+        fnode[c] = i
+    fc = fnode[p.ncls_a]
+    valid = derivable[p.ncls_a] & ~bad_kid & ((fc == -1) | (fc == np.arange(N)))
+
+    def structure(valid: np.ndarray):
+        ev = valid[p.enode]
+        src, dst = p.esrc[ev], p.flat[ev]
+        reach = _bfs(C, src, dst, rroots)
+        scc, cyclic = _sccs(C, src, dst)
+        return ev, reach, scc, cyclic
+
+    ev, reach, scc, cyclic = structure(valid)
+    pruned = 0
+    if (cyclic & reach).any():
+        pruned = _prune_cycles(p, valid, scc, cyclic, reach)
+        if pruned:
+            ev, reach, scc, cyclic = structure(valid)
+    nvalid = np.bincount(p.ncls_a[valid], minlength=C)
+    single = ev & (nvalid[p.esrc] == 1)
+    mandatory = _bfs(C, p.esrc[single], p.flat[single], rroots)
+    fixed = mandatory & (nvalid == 1)
+    return _Prepared(valid.tolist(), reach, nvalid, mandatory, fixed, scc, cyclic, pruned, p.cnodes)

@@ -1,0 +1,158 @@
+"""DAG-aware local search that improves a plan (for components over ``ilp_max_nodes``, or when the ILP
+fails or runs out of time): re-choose one class, or switch every user of one shared class at once.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from optimus_eq.extract.prune import _Prepared
+from optimus_eq.extract.tree import _Problem
+
+
+def _refine(p: _Problem, pick: list[int], rroots: list[int], prep: _Prepared, deadline: float,
+            passes: int = 3) -> int:
+    """DAG-aware local search on ``pick`` (class -> e-node, in place). Returns the number of moves.
+
+    Reference counts say which classes the plan uses; a move re-chooses one used class when the exact
+    change of the DAG cost is negative (e-nodes left unused are saved, classes newly used are paid once)
+    and the new e-node's sub-plan does not reach the class (checked only inside its strongly connected
+    component, where all cycles lie). ``pick`` must be acyclic over all classes (the tree choice is), and
+    stays so.
+    """
+    C = len(p.cids)
+    kids, cost = p.kids, p.cost
+    scc, cyclic = prep.scc.tolist(), prep.cyclic.tolist()
+    refs = [0] * C
+    for c in p.plan_classes(pick, rroots):
+        for k in kids[pick[c]]:
+            refs[k] += 1
+    for r in set(rroots):
+        refs[r] += 1
+    candidates = np.flatnonzero(prep.reach & (prep.nvalid > 1)).tolist()
+
+    def release(c: int, undo: list) -> float:
+        saved = 0.0
+        st = [c]
+        while st:
+            x = st.pop()
+            refs[x] -= 1
+            undo.append((x, 1))
+            if refs[x] == 0:
+                saved += cost[pick[x]]
+                st.extend(kids[pick[x]])
+        return saved
+
+    def acquire(c: int, undo: list) -> float:
+        paid = 0.0
+        st = [c]
+        while st:
+            x = st.pop()
+            refs[x] += 1
+            undo.append((x, -1))
+            if refs[x] == 1:
+                paid += cost[pick[x]]
+                st.extend(kids[pick[x]])
+        return paid
+
+    def reaches(srcs, target: int) -> bool:
+        comp = scc[target]
+        st = [k for k in srcs if cyclic[k] and scc[k] == comp]
+        vis: set[int] = set()
+        while st:
+            x = st.pop()
+            if x == target:
+                return True
+            if x in vis:
+                continue
+            vis.add(x)
+            st.extend(k for k in kids[pick[x]] if scc[k] == comp)
+        return False
+
+    def single(c: int) -> bool:
+        """Re-choose class ``c`` alone, if that lowers the DAG cost."""
+        cur = pick[c]
+        for alt in prep.vnodes(c):
+            if alt == cur:
+                continue
+            undo: list = []
+            delta = cost[alt] - cost[cur]
+            for k in kids[alt]:
+                delta += acquire(k, undo)
+            for k in kids[cur]:
+                delta -= release(k, undo)
+            if delta < -1e-9 and not (cyclic[c] and reaches(kids[alt], c)):
+                pick[c] = alt
+                return True
+            for x, d in reversed(undo):
+                refs[x] += d
+        return False
+
+    # users[s]: valid e-nodes that need class s (for group moves)
+    valid_edge = np.asarray(prep.valid, dtype=bool)[p.enode]
+    order = np.argsort(p.flat[valid_edge], kind="stable")
+    user_nodes = p.enode[valid_edge][order]
+    user_ptr = np.searchsorted(p.flat[valid_edge][order], np.arange(C + 1))
+
+    def group(s: int) -> bool:
+        """Make every used class that has an e-node needing the unused class ``s`` switch to it, if the
+        moves together lower the DAG cost (one shared e-node replacing many: what single moves miss)."""
+        best: dict[int, int] = {}
+        for i in user_nodes[user_ptr[s]:user_ptr[s + 1]].tolist():
+            q = ncls[i]
+            if refs[q] > 0 and pick[q] != i and (q not in best or cost[i] < cost[best[q]]):
+                best[q] = i
+        if len(best) < 2:
+            return False
+        undo: list = []
+        switched: list[tuple[int, int]] = []
+        delta = acquire(s, undo)  # a temporary reference: s is paid once, up front
+        for q, i in best.items():
+            cur = pick[q]
+            if cyclic[q] and reaches(kids[i], q):
+                continue
+            mark = len(undo)
+            d = cost[i] - cost[cur]
+            for k in kids[i]:
+                d += acquire(k, undo)
+            for k in kids[cur]:
+                d -= release(k, undo)
+            if d < 0:
+                pick[q] = i
+                switched.append((q, cur))
+                delta += d
+            else:
+                for x, dd in reversed(undo[mark:]):
+                    refs[x] += dd
+                del undo[mark:]
+        delta -= release(s, undo)
+        if switched and delta < -1e-9:
+            return True
+        for x, dd in reversed(undo):
+            refs[x] += dd
+        for q, cur in reversed(switched):
+            pick[q] = cur
+        return False
+
+    ncls = p.ncls
+    moves = 0
+    for _ in range(passes):
+        improved = False
+        for c in candidates:
+            if time.perf_counter() > deadline:
+                return moves
+            if refs[c] > 0 and single(c):
+                moves += 1
+                improved = True
+        shared = np.flatnonzero(prep.reach & (np.diff(user_ptr) > 1)).tolist()
+        for s_cls in shared:
+            if time.perf_counter() > deadline:
+                return moves
+            if refs[s_cls] == 0 and group(s_cls):
+                moves += 1
+                improved = True
+        if not improved:
+            break
+    return moves

@@ -1,0 +1,55 @@
+"""The Report: the cost model's value of the input graph (``cost_before``) next to the chosen plan's
+(``cost_after``), and the summary that shows them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import optimus_eq
+from optimus_eq.cost import GPUCostModel
+from conftest import check, dynamo_graph, rand
+
+
+def _junk(x, y):
+    parts = torch.split(x, 2, dim=1)
+    h = torch.cat([torch.tanh(p) for p in parts], dim=1)           # split -> tanh per piece -> cat
+    s = torch.stack(torch.unbind(y, 1), 1)                           # unbind -> stack: y itself
+    return h * 2, s + 1
+
+
+def _nothing_to_do(x, w):
+    return torch.relu(x @ w) + torch.sigmoid(x).sum(1, keepdim=True)
+
+
+def test_cost_after_below_cost_before_on_junk(strategy):
+    r = check(_junk, [rand(4, 8), rand(3, 5, 2)], strategy).report
+    assert r.cost_before is not None and r.cost_after is not None
+    assert r.cost_after < r.cost_before
+    # the input plan launches at least: 4 tanh, 1 cat, 1 mul, 1 stack, 1 add (4 us each in the default model)
+    assert r.cost_before >= 8 * GPUCostModel().launch_us
+    assert f"{r.cost_before:.1f} us -> {r.cost_after:.1f} us" in r.summary()
+
+
+def test_costs_equal_when_nothing_to_do(strategy):
+    r = check(_nothing_to_do, [rand(4, 8), rand(8, 3)], strategy).report
+    assert r.patterns_fired.get("pointwise_through_slice", 0) == 0
+    assert r.cost_before == pytest.approx(r.cost_after, rel=1e-9, abs=1e-9)
+    assert r.cost_before > 0
+
+
+def test_cost_before_counts_the_input_plan_not_the_merged_one():
+    """Two FX nodes computing one value are paid twice before (the input graph runs both), once after."""
+    def f(x):
+        return torch.tanh(x) + torch.tanh(x)
+
+    r = check(f, [rand(4, 8)], "eqsat").report
+    launch = GPUCostModel().launch_us
+    assert r.cost_before - r.cost_after == pytest.approx(launch + 2 * 32 * 4 / GPUCostModel().bytes_per_us)
+
+
+def test_strategy_none_has_no_costs():
+    gm, ex = dynamo_graph(_junk, rand(4, 8), rand(3, 5, 2))
+    _, r = optimus_eq.optimize(gm, ex, strategy="none")
+    assert r.cost_before is None and r.cost_after is None
+    assert "cost model" not in r.summary()
