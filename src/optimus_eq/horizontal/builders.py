@@ -279,3 +279,64 @@ def build_layer_norm(w, members) -> None:
     Y = cast(Y, out, c, t)
     for i, m in enumerate(members):
         w.union(m, w.select(Y, 0, i, n, xs))
+
+
+# -- Aten-IR (post-grad) linear: aten.mm / aten.addmm -> aten.bmm / aten.baddbmm -----------------------
+
+def _aten_mm_parts(m):
+    """(bias, mat1, mat2) input indices of an ``aten.mm``/``aten.addmm`` member (bias None for mm), or
+    raise. addmm must have beta = alpha = 1 and a bias of shape [N], [1, N] or [M, N]."""
+    from optimus_bridge.translate import Slot
+
+    aten = torch.ops.aten
+    r = m.recipe
+    if m.op != "Apply" or r.op != "call_function" or r.kwargs:
+        raise ValueError("not a plain aten call")
+    if r.target is aten.mm.default and r.args == (Slot(0), Slot(1)):
+        bias, a, b = None, 0, 1
+    elif r.target is aten.addmm.default and r.args == (Slot(0), Slot(1), Slot(2)):
+        bias, a, b = 0, 1, 2
+    else:
+        raise ValueError("not mm/addmm with default beta and alpha")
+    sa, sb = m.in_shapes[a], m.in_shapes[b]
+    if sa is None or sb is None or len(sa) != 2 or len(sb) != 2 or sa[1] != sb[0]:
+        raise ValueError("shapes")
+    if bias is not None and m.in_shapes[bias] not in ((sb[1],), (1, sb[1]), (sa[0], sb[1])):
+        raise ValueError("bias shape")
+    if len(set(m.types[0])) != 1:
+        raise ValueError("mixed input dtypes")
+    return bias, a, b
+
+
+def aten_linear_key(m):
+    """batch_linear_post_grad: aten.mm or aten.addmm of equal operand shapes, dtypes and devices."""
+    try:
+        bias, a, b = _aten_mm_parts(m)
+    except ValueError:
+        return None
+    return ("batch_linear_post_grad", bias is not None, tuple(tuple(s) for s in m.in_shapes), m.types)
+
+
+def build_aten_linear(w, members) -> None:
+    """``Y = aten.baddbmm(stack(bias) (viewed to [n, 1|M, N]), stack(mat1), stack(mat2))`` (``aten.bmm``
+    without bias), ``y_i = Y.select(0, i)``. The stacks are cats of unsqueezes, which the vertical rules
+    turn into views where the operands are slices of one tensor."""
+    aten = torch.ops.aten
+    m0, n = members[0], len(members)
+    bias, a, b = _aten_mm_parts(m0)
+    (M, K), (_, N) = m0.in_shapes[a], m0.in_shapes[b]
+    A = w.stack([w.handle(m.inputs[a]) for m in members], (M, K))
+    B = w.stack([w.handle(m.inputs[b]) for m in members], (K, N))
+    t = m0.types[0][0]
+    if bias is None:
+        key = w.key("aten.bmm", _recipe("bmm", aten.bmm.default, _slots(2)), ((t, t), m0.types[1]))
+        Y = w.apply(key, [A, B], (n, M, N))
+    else:
+        bs = tuple(m0.in_shapes[bias])
+        C = w.stack([w.handle(m.inputs[bias]) for m in members], bs)
+        if len(bs) == 1:
+            C = w.unsqueeze(C, 1, (n, 1, N))
+        key = w.key("aten.baddbmm", _recipe("baddbmm", aten.baddbmm.default, _slots(3)), ((t, t, t), m0.types[1]))
+        Y = w.apply(key, [C, A, B], (n, M, N))
+    for i, m in enumerate(members):
+        w.union(m, w.select(Y, 0, i, n, (M, N)))

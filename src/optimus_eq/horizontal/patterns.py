@@ -11,10 +11,11 @@ from optimus_eq.horizontal import builders as b
 from optimus_eq.patterns.registry import HorizontalPattern
 
 
-def _pointwise(name: str, op: str, doc: str, exclude_outputs: bool = False) -> HorizontalPattern:
+def _pointwise(name: str, op: str, doc: str, exclude_outputs: bool = False,
+               level: str = "pre_grad") -> HorizontalPattern:
     return HorizontalPattern(
         name=name,
-        levels=("pre_grad",),
+        levels=(level,),
         doc=doc,
         group_key=b.pointwise_key(frozenset([op]), exclude_outputs),
         build=b.build_pointwise,
@@ -92,6 +93,47 @@ batch_dropout = _pointwise("batch_dropout", "dropout", """Independent training-m
 
     F.dropout(a, 0.1), F.dropout(b, 0.1)  =>  d = F.dropout(torch.stack([a, b]), 0.1); d[0], d[1]
     """)
+
+# -- post-grad (Aten-IR): upstream's PostGradBatchLinearFusion and BatchPointwise*PostGradFusion --------
+# Members are aten OpOverload calls; the fused op keeps the members' OpOverload (pointwise) or is
+# aten.bmm / aten.baddbmm (linear); stacks and selects lower to aten.cat / aten.unsqueeze / aten.select.
+
+batch_linear_post_grad = HorizontalPattern(
+    name="batch_linear_post_grad",
+    levels=("post_grad",),
+    doc="""Independent aten.mm / aten.addmm of equal shapes become one aten.bmm / aten.baddbmm.
+
+    y_i = aten.addmm(b_i, x_i, aten.permute(w_i, [1, 0])), i < n      (x_i: [M, K], w_i: [N, K], b_i: [N])
+        =>  Y = aten.baddbmm(stack(b).unsqueeze(1), stack(x), stack(permute(w))); y_i = aten.select(Y, 0, i)
+    (addmm only with beta = alpha = 1; bias [N], [1, N] or [M, N]; aten.bmm for aten.mm)
+    """,
+    group_key=b.aten_linear_key,
+    build=b.build_aten_linear,
+)
+
+
+def _aten_pointwise(op: str, extra: str = "") -> HorizontalPattern:
+    return _pointwise(f"batch_aten_{op}", op, f"""Independent aten.{op} of equal shapes (and equal constant
+    arguments{extra}) become one aten.{op} of the stacked operands; dtypes and devices are in the group key,
+    so fp32 and bf16 ops are never fused together.
+
+    aten.{op}(a1{', b1' if extra else ''}), aten.{op}(a2{', b2' if extra else ''})
+        =>  f = aten.{op}(aten.cat([a1[None], a2[None]]){', aten.cat([b1[None], b2[None]])' if extra else ''}); f[0], f[1]
+    """, level="post_grad")
+
+
+_BINARY = (": alpha, rounding_mode, a scalar operand's value; a scalar operand and a tensor operand are "
+           "different ops, and operands that broadcast are not fused")
+batch_aten_tanh = _aten_pointwise("tanh")
+batch_aten_sigmoid = _aten_pointwise("sigmoid")
+batch_aten_relu = _aten_pointwise("relu")
+batch_aten_add = _aten_pointwise("add", _BINARY)
+batch_aten_sub = _aten_pointwise("sub", _BINARY)
+batch_aten_mul = _aten_pointwise("mul", _BINARY)
+batch_aten_div = _aten_pointwise("div", _BINARY)
+
+POST_GRAD_PATTERNS = (batch_linear_post_grad, batch_aten_tanh, batch_aten_sigmoid, batch_aten_relu, batch_aten_add,
+                      batch_aten_sub, batch_aten_div, batch_aten_mul)
 
 PATTERNS = (batch_linear_lhs, batch_linear, batch_layernorm, batch_tanh, batch_sigmoid, batch_relu,
             batch_detach, batch_nan_to_num, batch_clamp, batch_dropout)
