@@ -340,3 +340,115 @@ def build_aten_linear(w, members) -> None:
         Y = w.apply(key, [C, A, B], (n, M, N))
     for i, m in enumerate(members):
         w.union(m, w.select(Y, 0, i, n, (M, N)))
+
+
+# -- einsum_to_pointwise_pass: a rewrite of one op, done by the same machinery (groups of one) ----------
+
+def einsum_parts(m):
+    """``(x, w, P, i, Q, o)`` of an einsum member ``einsum("P i, Q i o -> P o", x, w)`` with Q a suffix of P
+    (so ``x.unsqueeze(-1) * w`` broadcasts P against Q from the right), or raise ValueError.
+
+    Every letter appears once per operand (no diagonal), no ellipsis, i and o are not in P, and the
+    static sizes of the letters shared by x, w and the output agree.
+    """
+    from optimus_bridge.translate import Slot
+
+    r = m.recipe
+    if m.op != "Apply" or r.name != "einsum" or r.op != "call_function" or r.kwargs or len(m.inputs) != 2:
+        raise ValueError("not a two-operand einsum")
+    args = r.args
+    if len(args) == 2 and isinstance(args[1], (list, tuple)):
+        args = (args[0], *args[1])
+    if len(args) != 3 or not isinstance(args[0], str) or args[1:] != (Slot(0), Slot(1)):
+        raise ValueError("spelling")
+    eq = args[0].replace(" ", "")
+    if "." in eq or "->" not in eq:
+        raise ValueError("implicit output or ellipsis")
+    lhs, out = eq.split("->")
+    specs = lhs.split(",")
+    if len(specs) != 2 or not all(s.isalpha() for s in specs + [out]):
+        raise ValueError("not two operands")
+    xs, ws = specs
+    if len(xs) < 1 or len(ws) < 2 or any(len(set(s)) != len(s) for s in (xs, ws, out)):
+        raise ValueError("repeated letters")
+    P, i = xs[:-1], xs[-1]
+    Q, wi, o = ws[:-2], ws[-2], ws[-1]
+    if wi != i or out != P + o or i in P or o in P or i == o or not P.endswith(Q):
+        raise ValueError("not a broadcast multiply and a sum over the last input letter")
+    sx, sw = m.in_shapes
+    if sx is None or sw is None or len(sx) != len(xs) or len(sw) != len(ws):
+        raise ValueError("shapes")
+    size = dict(zip(xs, sx))
+    if any(size[c] != s for c, s in zip(ws[:-1], sw[:-1])) or m.shape != tuple(sx[:-1]) + (sw[-1],):
+        raise ValueError("sizes disagree (broadcast einsum)")
+    if len(xs) + 1 > MAX_RANK or len(set(m.types[0])) != 1:
+        raise ValueError("rank or mixed dtypes")
+    return 0, 1, P, i, Q, o
+
+
+def einsum_key(m):
+    """einsum_to_pointwise_pass: every matching einsum is its own group (a rewrite, not a fusion).
+
+    Eager's einsum often returns a permuted view of a bmm (non-contiguous), and pointwise readers keep
+    that layout up to the graph's outputs: such einsums are taken (``any_strides``) and the builder
+    gives the pointwise result eager's strides (:func:`build_einsum`).
+    """
+    try:
+        einsum_parts(m)
+    except ValueError:
+        return None
+    return ("einsum_to_pointwise_pass", m.cls)
+
+
+einsum_key.any_strides = True
+
+
+def _eager_layout(w, m):
+    """The permutation ``perm`` with ``value == value.permute(perm).contiguous().permute(inverse)`` in
+    eager's layout (dims by decreasing stride), None when eager's value is contiguous; raise ValueError
+    when it is not dense (overlapping or with gaps) or unknown."""
+    strides = None
+    for n, tid in w.tr.node_id.items():
+        if w.view.node_of.get(tid) == m.cls:
+            val = n.meta.get("val", n.meta.get("example_value"))
+            if isinstance(val, torch.Tensor):
+                strides = (tuple(val.shape), tuple(val.stride()))
+                break
+    if strides is None:
+        raise ValueError("no eager strides")
+    shape, stride = strides
+    if m.eager_contiguous:
+        return None
+    perm = sorted(range(len(shape)), key=lambda d: (-stride[d], d))
+    expect = 1
+    for d in reversed(perm):
+        if shape[d] != 1 and stride[d] != expect:
+            raise ValueError("not a dense layout")
+        expect *= shape[d]
+    return perm
+
+
+def build_einsum(w, members) -> None:
+    """``einsum("P i, Q i o -> P o", x, w) == (x.unsqueeze(-1) * w).sum(-2)``; where eager's einsum
+    returned a permuted layout (it computes through bmm), the result is copied into that layout
+    (``.permute(perm).contiguous()`` viewed back), so eager's strides reach the graph's outputs."""
+    for m in members:
+        try:
+            perm = _eager_layout(w, m)
+        except ValueError:
+            continue
+        x, wt, P, i, Q, o = einsum_parts(m)
+        sx, sw = tuple(m.in_shapes[x]), tuple(m.in_shapes[wt])
+        t = m.types[0][0]
+        X = w.unsqueeze(w.handle(m.inputs[x]), len(sx), sx + (1,))
+        prod_shape = sx + (sw[-1],)
+        mul = w.key("einsum_to_pointwise:mul", _recipe("mul", torch.mul, _slots(2)), ((t, t), m.types[1]))
+        prod = w.apply(mul, [X, w.handle(m.inputs[wt])], prod_shape)
+        red = w.key("einsum_to_pointwise:sum", _recipe("sum", torch.sum, (_slots(1)[0], -2)), ((m.types[1],), m.types[1]))
+        y = w.apply(red, [prod], m.shape)
+        if perm is not None:
+            pshape = tuple(m.shape[d] for d in perm)
+            inv = [perm.index(d) for d in range(len(perm))]
+            copy = w.key("einsum_to_pointwise:contiguous", _method("contiguous"), ((m.types[1],), m.types[1]))
+            y = w.permute(w.apply(copy, [w.permute(y, perm, pshape)], pshape), inv, m.shape)
+        w.union(m, y)

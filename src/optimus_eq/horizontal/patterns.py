@@ -135,5 +135,25 @@ batch_aten_div = _aten_pointwise("div", _BINARY)
 POST_GRAD_PATTERNS = (batch_linear_post_grad, batch_aten_tanh, batch_aten_sigmoid, batch_aten_relu, batch_aten_add,
                       batch_aten_sub, batch_aten_div, batch_aten_mul)
 
+einsum_to_pointwise_pass = HorizontalPattern(
+    name="einsum_to_pointwise_pass",
+    levels=("pre_grad",),
+    doc="""An einsum that is a broadcast multiply and a sum over x's last letter becomes pointwise ops
+    (upstream split_cat.py ``replace_einsum_to_pointwise``, tested by test_kernel_optimization.py).
+
+    torch.einsum("bni,nio->bno", x, w)   (also "bni,bnio->bno": "P i, Q i o -> P o", Q a suffix of P)
+        =>  (x.unsqueeze(-1) * w).sum(-2)
+
+    A rewrite of one op, run by the horizontal machinery with groups of one (so greedy replaces it and
+    eqsat adds it as an alternative). Upstream also asks for an ``add`` user (so that Inductor fuses
+    mul, sum and add into one kernel); here every matching einsum within the group search's reach is
+    rewritten in greedy, and in eqsat the cost model decides (it does not credit Inductor's fusion of
+    the mul into the sum yet, so it keeps the einsum).
+    """,
+    group_key=b.einsum_key,
+    build=b.build_einsum,
+    options={"min_fuse_set_size": 1, "max_fuse_set_size": 1},
+)
+
 PATTERNS = (batch_linear_lhs, batch_linear, batch_layernorm, batch_tanh, batch_sigmoid, batch_relu,
-            batch_detach, batch_nan_to_num, batch_clamp, batch_dropout)
+            batch_detach, batch_nan_to_num, batch_clamp, batch_dropout, einsum_to_pointwise_pass)
