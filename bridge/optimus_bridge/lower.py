@@ -251,6 +251,10 @@ def _replace_output_at(out: Node, index: int, value: Node) -> None:
     out.args = (torch.fx.node.map_aggregate(out.args[0], swap),)
 
 
+def _strides(t: torch.Tensor) -> tuple:
+    return tuple(st for sz, st in zip(t.shape, t.stride()) if sz != 1)
+
+
 def _fix_strides(graph: Graph, old_out: Node, level: IRLevel) -> list[Node]:
     """Make outputs contiguous where eager's were and ours are not. Returns the nodes added."""
     new_out = next(n for n in reversed(graph.nodes) if n.op == "output")
@@ -263,7 +267,8 @@ def _fix_strides(graph: Graph, old_out: Node, level: IRLevel) -> list[Node]:
         if tuple(ov.shape) != tuple(nv.shape) or ov.dtype != nv.dtype:
             raise LoweringError(f"output {i} changed shape or dtype: {tuple(ov.shape)} {ov.dtype} -> "
                                 f"{tuple(nv.shape)} {nv.dtype}")
-        if ov.numel() > 1 and ov.stride() != nv.stride():
+        # strides of size-1 dims are unobservable (any value addresses the same elements)
+        if ov.numel() > 1 and _strides(ov) != _strides(nv):
             if not ov.is_contiguous():
                 raise LoweringError(f"output {i} strides {nv.stride()} differ from eager's {ov.stride()}")
             with graph.inserting_before(new_out):
