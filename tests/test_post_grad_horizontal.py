@@ -30,6 +30,7 @@ class HCase:
     inputs: list
     n: int
     note: str = ""
+    options: dict | None = None     # the pattern's options (default: groups from 2 members)
 
 
 def _shape(draw, rank_min=1, rank_max=3):
@@ -103,7 +104,39 @@ def _binary(name):
     return case
 
 
+#: CPU guards raised so that the small test matrices qualify (upstream's CPU default is M <= 1, which
+#: Inductor's own decomposition table already turns into pointwise ops before any post-grad pass)
+DECOMPOSE_OPTIONS = {"cpu_max_first_dimension_decomposition": 8}
+
+
+@st.composite
+def decompose_mm_case(draw) -> HCase:
+    """One aten.mm, aten.addmm or aten.bmm inside the (raised) CPU size guards, plus one outside them."""
+    kind = draw(st.sampled_from(["mm", "addmm", "bmm"]))
+    M, K, N, B = (draw(st.integers(2, 6)) for _ in range(4))
+    dtype, seed = draw(st.sampled_from(DTYPES)), draw(st.integers(0, 2**16))
+    big = _x((12, K), dtype, seed + 9)  # first dimension 12 > 8: left alone
+
+    if kind == "bmm":
+        inputs = [_x((min(B, 8), M, K), dtype, seed), _x((min(B, 8), K, N), dtype, seed + 1)]
+
+        def fn(a, b, big):
+            return aten.bmm.default(a, b), aten.mm.default(big, b[0])
+    else:
+        inputs = [_x((M, K), dtype, seed), _x((K, N), dtype, seed + 1)]
+        if kind == "addmm":
+            inputs.append(_x((N,), dtype, seed + 2))
+
+        def fn(a, b, *rest):
+            *bias, big = rest
+            y = aten.addmm.default(bias[0], a, b) if bias else aten.mm.default(a, b)
+            return y, aten.mm.default(big, b)
+
+    return HCase(fn, inputs + [big], 1, f"{kind} M={M} K={K} N={N} B={B} {dtype}", DECOMPOSE_OPTIONS)
+
+
 HORIZONTAL_CASES = {
+    "decompose_mm_pass": decompose_mm_case,
     "batch_linear_post_grad": linear_case,
     "batch_aten_tanh": _unary(aten.tanh.default),
     "batch_aten_sigmoid": _unary(aten.sigmoid.default),
@@ -122,12 +155,37 @@ def test_post_grad_horizontal_soundness(name, strategy, data):
     case = data.draw(HORIZONTAL_CASES[name](), label="case")
     grad = "mode" not in case.note  # rounding division has no useful gradient
     c = aot_check(case.fn, case.inputs, strategy, patterns=[name, "normalization_aten_pass"], grad=grad,
-                  pattern_options={name: SMALL})
+                  pattern_options={name: SMALL if case.options is None else case.options})
     assert c.fw.patterns_fired[name] > 0, f"{name} did not fire ({case.note}): {dict(c.fw.patterns_fired)}"
     for g in c.graphs:
         for n in g.graph.nodes:
             if n.op == "call_function":
                 assert isinstance(n.target, torch._ops.OpOverload) or n.target.__module__ == "_operator"
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_decompose_mm_respects_upstreams_guards(strategy):
+    """Defaults (CPU: first dimension <= 1) leave a [4, 8] x [8, 3] mm alone; the option name moves the
+    bound, and greedy then replaces the mm by a multiply and a sum."""
+    a, b = _x((4, 8), seed=1), _x((8, 3), seed=2)
+
+    def fn(a, b):
+        return aten.mm.default(a, b)
+
+    c = aot_check(fn, [a, b], strategy, patterns=["decompose_mm_pass", "normalization_aten_pass"], grad=False)
+    assert c.fw.patterns_fired["decompose_mm_pass"] == 0
+    c = aot_check(fn, [a, b], strategy, patterns=["decompose_mm_pass", "normalization_aten_pass"], grad=False,
+                  pattern_options={"decompose_mm_pass": {"cpu_max_first_dimension_decomposition": 4}})
+    assert c.fw.patterns_fired["decompose_mm_pass"] == 1
+    if strategy == "greedy":
+        assert _fused(c, aten.mm.default) == 0 and _fused(c, aten.sum.dim_IntList) == 1
+
+
+def test_decompose_mm_unknown_option_is_rejected():
+    with pytest.raises(ValueError, match="cpu_max_first_dimension_decomposition"):
+        aot_check(lambda a, b: aten.mm.default(a, b), [_x((2, 2)), _x((2, 2))], "greedy",
+                  patterns=["decompose_mm_pass", "normalization_aten_pass"],
+                  pattern_options={"decompose_mm_pass": {"max_other_dimention_decomposition": 4}})
 
 
 def _fused(c, target) -> int:

@@ -57,17 +57,19 @@ class HorizontalContext:
 
 
 def pattern_options(pattern, overrides: dict) -> dict:
-    """DEFAULT_OPTIONS, then the pattern's own, then the caller's overrides for it.
+    """DEFAULT_OPTIONS and the key function's ``option_defaults``, then the pattern's own, then the caller's
+    overrides for it. A key function marked ``wants_options`` is called as ``group_key(member, options)``.
 
     Raises:
         ValueError: on an option name that horizontal patterns do not know.
     """
-    opts = dict(DEFAULT_OPTIONS)
+    own = dict(getattr(pattern.group_key, "option_defaults", {}))  # a key function's own options
+    opts = {**DEFAULT_OPTIONS, **own}
     for src in (pattern.options, overrides.get(pattern.name, {})):
-        unknown = set(src) - set(DEFAULT_OPTIONS) - ACCEPTED_UNREAD_OPTIONS
+        unknown = set(src) - set(DEFAULT_OPTIONS) - ACCEPTED_UNREAD_OPTIONS - set(own)
         if unknown:
             raise ValueError(f"{pattern.name}: unknown option(s) {sorted(unknown)}; "
-                             f"valid: {sorted(set(DEFAULT_OPTIONS) | ACCEPTED_UNREAD_OPTIONS)}")
+                             f"valid: {sorted(set(DEFAULT_OPTIONS) | ACCEPTED_UNREAD_OPTIONS | set(own))}")
         opts.update(src)
     return opts
 

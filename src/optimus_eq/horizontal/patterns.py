@@ -132,7 +132,28 @@ batch_aten_sub = _aten_pointwise("sub", _BINARY)
 batch_aten_mul = _aten_pointwise("mul", _BINARY)
 batch_aten_div = _aten_pointwise("div", _BINARY)
 
-POST_GRAD_PATTERNS = (batch_linear_post_grad, batch_aten_tanh, batch_aten_sigmoid, batch_aten_relu, batch_aten_add,
+decompose_mm_pass = HorizontalPattern(
+    name="decompose_mm_pass",
+    levels=("post_grad",),
+    doc="""Memory-bound aten.mm / aten.addmm / aten.bmm with tiny dimensions become a multiply and a sum
+    (upstream torch/_inductor/fx_passes/decompose_mem_bound_mm.py, with its size guards and option names:
+    see ``builders.should_decompose``).
+
+    aten.mm(A, B)            (A: [M, K], B: [K, N]; CUDA: M >= 10240, K, N < 32; CPU: M <= 1, K, N <= 2048)
+        =>  aten.sum.dim_IntList(aten.mul.Tensor(A.unsqueeze(2), B.unsqueeze(0)), [-2])
+    aten.addmm(C, A, B)  =>  the same, then aten.add.Tensor(_, C)
+    aten.bmm(A, B)           (A: [b, M, K]; CUDA: b >= 10240 and two of M, K, N < 32; CPU: b <= 1)
+        =>  aten.sum.dim_IntList(aten.mul.Tensor(A.unsqueeze(3), B.unsqueeze(1)), [-2])
+
+    A rewrite of one op, run by the horizontal machinery with groups of one (greedy replaces it; in eqsat
+    the cost model decides, and it does not credit Inductor's fusion of the multiply into the sum yet).
+    """,
+    group_key=b.decompose_mm_key,
+    build=b.build_decompose_mm,
+    options={"min_fuse_set_size": 1, "max_fuse_set_size": 1},
+)
+
+POST_GRAD_PATTERNS = (decompose_mm_pass, batch_linear_post_grad, batch_aten_tanh, batch_aten_sigmoid, batch_aten_relu, batch_aten_add,
                       batch_aten_sub, batch_aten_div, batch_aten_mul)
 
 einsum_to_pointwise_pass = HorizontalPattern(

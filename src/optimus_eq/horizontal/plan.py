@@ -192,7 +192,7 @@ class PlanGraph:
                 # function says strides do not matter to it: ``any_strides``)
                 if m is not None and (m.eager_contiguous or getattr(group_key, "any_strides", False)):
                     try:
-                        k = group_key(m)
+                        k = group_key(m, options) if getattr(group_key, "wants_options", False) else group_key(m)
                     except Exception:  # a user's key function failed on this op: leave it alone
                         k = None
                 keys[c] = k
@@ -218,7 +218,9 @@ class PlanGraph:
         # one): searching from join points (two or more inputs) and the output finds the same groups
         self._positions()
         indeg = self.g.in_degree
-        roots = [c for c in reversed(self._seq) if c in near and indeg(c) >= 2]
+        # (that input is a group of one: rewrites of one op, min_fuse_set_size 1, search from every value)
+        single = options["min_fuse_set_size"] <= 1
+        roots = [c for c in reversed(self._seq) if c in near and (single or indeg(c) >= 2)]
         for root in roots:
             found: dict = {}
             seen = {root}
