@@ -82,6 +82,11 @@ def _binary(name):
             form = "mode"
         if form == "mode" and name != "div":
             form = "alpha"
+        if form == "alpha" and dtype == torch.bfloat16:
+            # eager's CPU add/sub with alpha rounds alpha * y differently in its vectorized body and its
+            # scalar tail, so the same bf16 element differs with the tensor's size (measured: 4 ulps
+            # under cancellation): no fixed reference to compare a batched bf16 op with
+            dtype = torch.float32
         tensor_op, scalar_op = ops[name]
         c = draw(st.sampled_from([0.5, 2.0, -3.0]))
         mode = draw(st.sampled_from(["trunc", "floor"]))
