@@ -50,7 +50,7 @@ def _smaller(o: C.Outcome | None, ref: C.Outcome) -> bool:
 def _note(case, theirs, mine) -> str:
     notes = []
     for s, o in mine.items():
-        missed = [p for p in case.fires if o.ok and not C.fired_names(o.fired, p)]
+        missed = [p for p in case.fires if o.ok and not C.fired_names(o.fired, p, case.done_by.get(p, ()))]
         if missed:
             notes.append(f"{s}: {', '.join(missed)} did not fire")
     behind = [s for s, o in mine.items() if o.ok and theirs.ok and theirs.counts and o.total > theirs.total]

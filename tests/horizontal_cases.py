@@ -177,7 +177,33 @@ def layernorm_case(draw) -> Case:
     return Case(_fixed(fn, len(xs + ws + bs)), xs + ws + bs, note)
 
 
+@st.composite
+def einsum_case(draw) -> Case:
+    """An einsum "P i, Q i o -> P o" (Q a suffix of P, as upstream's "bni,nio->bno" and "bni,bnio->bno")
+    feeding an add, plus a distractor einsum that is not a multiply-sum over x's last letter."""
+    rank = draw(st.integers(1, 3))                       # letters in P
+    letters = "abcd"[:rank]
+    q = draw(st.integers(0, rank))                       # letters of P that w has too
+    sizes = [draw(st.integers(1, 4)) for _ in range(rank)]
+    i, o = draw(st.integers(1, 5)), draw(st.integers(1, 4))
+    dtype, seed = draw(st.sampled_from(DTYPES[:2])), draw(st.integers(0, 2**16))
+    spaced = draw(st.booleans())
+    eq = f"{letters}i,{letters[rank - q:]}io->{letters}o"
+    if spaced:
+        eq = eq.replace(",", ", ").replace("->", " -> ")
+    x = _x(sizes + [i], dtype, seed)
+    w = _x(sizes[rank - q:] + [i, o], dtype, seed + 1)
+    b = _x(sizes + [o], dtype, seed + 2)
+    m = _x([i, i], dtype, seed + 3)
+
+    def fn(x, w, b, m):
+        return torch.einsum(eq, x, w) + b, torch.einsum("ij,jk->ik", m, m.t())
+
+    return Case(fn, [x, w, b, m], f"einsum {eq!r} x={tuple(x.shape)} w={tuple(w.shape)} {dtype}")
+
+
 CASES = {
+    "einsum_to_pointwise_pass": einsum_case,
     "batch_linear_lhs": linear_lhs_case,
     "batch_linear": linear_case,
     "batch_layernorm": layernorm_case,

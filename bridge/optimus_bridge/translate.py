@@ -373,6 +373,11 @@ class Translator:
         args = node.args
         if name == "getitem":
             return self._getitem(node, val)
+        if name == "einsum":  # einsum(equation, a, b) or einsum(equation, [a, b]): a pure op of two tensors
+            operands = args[1:] if len(args) != 2 or not isinstance(args[1], (list, tuple)) else args[1]
+            if node.kwargs or len(operands) != 2 or not all(isinstance(a, Node) for a in operands):
+                raise Unsupported("einsum with other than two tensor operands")
+            return self._pure(node, name, val)
         x = args[0] if args else None
         if name in ("cat", "stack"):
             return self._cat(node, name, val)

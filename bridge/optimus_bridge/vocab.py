@@ -69,6 +69,7 @@ _FUNCTIONS: dict[object, str] = {
     operator.matmul: "matmul",
     F.layer_norm: "layer_norm",
     torch.layer_norm: "layer_norm",
+    torch.functional.einsum: "einsum",
 }
 
 _METHODS: dict[str, str] = {
@@ -93,7 +94,9 @@ UNARY_OPS = frozenset(["relu", "tanh", "sigmoid", "detach", "clamp", "nan_to_num
 #: Arithmetic that is ``Unary`` with a scalar operand and ``Binary`` with two tensors.
 ARITH_OPS = frozenset(["add", "sub", "mul", "div"])
 #: Ops with tensor inputs and no rewrite rules yet (horizontal fusion will anchor on them): ``Apply``.
-APPLY_OPS = frozenset(["linear", "mm", "addmm", "bmm", "baddbmm", "matmul", "layer_norm"])
+#: ``einsum`` only with two tensor operands (the translator leaves others opaque); not in FRESH_OPS, since
+#: a one-operand einsum ("ij->ji") returns a view.
+APPLY_OPS = frozenset(["linear", "mm", "addmm", "bmm", "baddbmm", "matmul", "layer_norm", "einsum"])
 #: Views of one tensor whose result shape comes from FX meta: ``Reshape``.
 RESHAPE_OPS = frozenset(["reshape", "flatten", "unflatten", "squeeze"])
 

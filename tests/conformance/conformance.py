@@ -108,6 +108,9 @@ class Case:
         pre_grad: the ``pre_grad_fusion_options`` the upstream test enables (None: none).
         post_grad: the ``post_grad_fusion_options`` (None: a pre-grad case).
         fires: our pattern names that must fire (where the upstream test expects its counter > 0).
+        done_by: fires name -> patterns of ours that do that job in a better way on this case (a pointwise
+            op on the whole tensor instead of a batch of its slices; a bias folded into a baddbmm), so
+            that one of them firing counts; the node-count bar still applies.
         grad: compare gradients (False where the function mutates an input or is not differentiable).
         values: compare values (False for random ops such as dropout in training: shapes and dtypes only).
         dynamic: capture with symbolic sizes.
@@ -125,6 +128,7 @@ class Case:
     pre_grad: dict | None = None
     post_grad: dict | None = None
     fires: tuple[str, ...] = ()
+    done_by: dict = field(default_factory=dict)
     grad: bool = True
     values: bool = True
     dynamic: bool = False
@@ -476,9 +480,10 @@ def ours(case: Case, strategy: str, cap: Captured | None = None) -> Outcome:
     return run_pipeline(case, pre, _ours_post_pass(strategy, case.post_grad), strict=True)
 
 
-def fired_names(fired: Counter, name: str) -> bool:
-    """True when ``name`` fired, or a pattern with the same rules did (an alias taken first by greedy)."""
-    if fired.get(name, 0) > 0:
+def fired_names(fired: Counter, name: str, done_by: tuple[str, ...] = ()) -> bool:
+    """True when ``name`` fired, or a pattern with the same rules did (an alias taken first by greedy), or
+    one of ``done_by`` (patterns that do its job in a better way on this case: ``Case.done_by``)."""
+    if fired.get(name, 0) > 0 or any(fired.get(n, 0) > 0 for n in done_by):
         return True
     reg = optimus_eq.DEFAULT_REGISTRY
     if name not in reg:

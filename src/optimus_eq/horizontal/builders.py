@@ -279,3 +279,276 @@ def build_layer_norm(w, members) -> None:
     Y = cast(Y, out, c, t)
     for i, m in enumerate(members):
         w.union(m, w.select(Y, 0, i, n, xs))
+
+
+# -- Aten-IR (post-grad) linear: aten.mm / aten.addmm -> aten.bmm / aten.baddbmm -----------------------
+
+def _aten_mm_parts(m):
+    """(bias, mat1, mat2) input indices of an ``aten.mm``/``aten.addmm`` member (bias None for mm), or
+    raise. addmm must have beta = alpha = 1 and a bias of shape [N], [1, N] or [M, N]."""
+    from optimus_bridge.translate import Slot
+
+    aten = torch.ops.aten
+    r = m.recipe
+    if m.op != "Apply" or r.op != "call_function" or r.kwargs:
+        raise ValueError("not a plain aten call")
+    if r.target is aten.mm.default and r.args == (Slot(0), Slot(1)):
+        bias, a, b = None, 0, 1
+    elif r.target is aten.addmm.default and r.args == (Slot(0), Slot(1), Slot(2)):
+        bias, a, b = 0, 1, 2
+    else:
+        raise ValueError("not mm/addmm with default beta and alpha")
+    sa, sb = m.in_shapes[a], m.in_shapes[b]
+    if sa is None or sb is None or len(sa) != 2 or len(sb) != 2 or sa[1] != sb[0]:
+        raise ValueError("shapes")
+    if bias is not None and m.in_shapes[bias] not in ((sb[1],), (1, sb[1]), (sa[0], sb[1])):
+        raise ValueError("bias shape")
+    if len(set(m.types[0])) != 1:
+        raise ValueError("mixed input dtypes")
+    return bias, a, b
+
+
+def aten_linear_key(m):
+    """batch_linear_post_grad: aten.mm or aten.addmm of equal operand shapes, dtypes and devices."""
+    try:
+        bias, a, b = _aten_mm_parts(m)
+    except ValueError:
+        return None
+    return ("batch_linear_post_grad", bias is not None, tuple(tuple(s) for s in m.in_shapes), m.types)
+
+
+def build_aten_linear(w, members) -> None:
+    """``Y = aten.baddbmm(stack(bias) (viewed to [n, 1|M, N]), stack(mat1), stack(mat2))`` (``aten.bmm``
+    without bias), ``y_i = Y.select(0, i)``. The stacks are cats of unsqueezes, which the vertical rules
+    turn into views where the operands are slices of one tensor."""
+    aten = torch.ops.aten
+    m0, n = members[0], len(members)
+    bias, a, b = _aten_mm_parts(m0)
+    (M, K), (_, N) = m0.in_shapes[a], m0.in_shapes[b]
+    A = w.stack([w.handle(m.inputs[a]) for m in members], (M, K))
+    B = w.stack([w.handle(m.inputs[b]) for m in members], (K, N))
+    t = m0.types[0][0]
+    if bias is None:
+        key = w.key("aten.bmm", _recipe("bmm", aten.bmm.default, _slots(2)), ((t, t), m0.types[1]))
+        Y = w.apply(key, [A, B], (n, M, N))
+    else:
+        bs = tuple(m0.in_shapes[bias])
+        C = w.stack([w.handle(m.inputs[bias]) for m in members], bs)
+        if len(bs) == 1:
+            C = w.unsqueeze(C, 1, (n, 1, N))
+        key = w.key("aten.baddbmm", _recipe("baddbmm", aten.baddbmm.default, _slots(3)), ((t, t, t), m0.types[1]))
+        Y = w.apply(key, [C, A, B], (n, M, N))
+    for i, m in enumerate(members):
+        w.union(m, w.select(Y, 0, i, n, (M, N)))
+
+
+# -- einsum_to_pointwise_pass: a rewrite of one op, done by the same machinery (groups of one) ----------
+
+def einsum_parts(m):
+    """``(x, w, P, i, Q, o)`` of an einsum member ``einsum("P i, Q i o -> P o", x, w)`` with Q a suffix of P
+    (so ``x.unsqueeze(-1) * w`` broadcasts P against Q from the right), or raise ValueError.
+
+    Every letter appears once per operand (no diagonal), no ellipsis, i and o are not in P, and the
+    static sizes of the letters shared by x, w and the output agree.
+    """
+    from optimus_bridge.translate import Slot
+
+    r = m.recipe
+    if m.op != "Apply" or r.name != "einsum" or r.op != "call_function" or r.kwargs or len(m.inputs) != 2:
+        raise ValueError("not a two-operand einsum")
+    args = r.args
+    if len(args) == 2 and isinstance(args[1], (list, tuple)):
+        args = (args[0], *args[1])
+    if len(args) != 3 or not isinstance(args[0], str) or args[1:] != (Slot(0), Slot(1)):
+        raise ValueError("spelling")
+    eq = args[0].replace(" ", "")
+    if "." in eq or "->" not in eq:
+        raise ValueError("implicit output or ellipsis")
+    lhs, out = eq.split("->")
+    specs = lhs.split(",")
+    if len(specs) != 2 or not all(s.isalpha() for s in specs + [out]):
+        raise ValueError("not two operands")
+    xs, ws = specs
+    if len(xs) < 1 or len(ws) < 2 or any(len(set(s)) != len(s) for s in (xs, ws, out)):
+        raise ValueError("repeated letters")
+    P, i = xs[:-1], xs[-1]
+    Q, wi, o = ws[:-2], ws[-2], ws[-1]
+    if wi != i or out != P + o or i in P or o in P or i == o or not P.endswith(Q):
+        raise ValueError("not a broadcast multiply and a sum over the last input letter")
+    sx, sw = m.in_shapes
+    if sx is None or sw is None or len(sx) != len(xs) or len(sw) != len(ws):
+        raise ValueError("shapes")
+    size = dict(zip(xs, sx))
+    if any(size[c] != s for c, s in zip(ws[:-1], sw[:-1])) or m.shape != tuple(sx[:-1]) + (sw[-1],):
+        raise ValueError("sizes disagree (broadcast einsum)")
+    if len(xs) + 1 > MAX_RANK or len(set(m.types[0])) != 1:
+        raise ValueError("rank or mixed dtypes")
+    return 0, 1, P, i, Q, o
+
+
+def einsum_key(m):
+    """einsum_to_pointwise_pass: every matching einsum is its own group (a rewrite, not a fusion).
+
+    Eager's einsum often returns a permuted view of a bmm (non-contiguous), and pointwise readers keep
+    that layout up to the graph's outputs: such einsums are taken (``any_strides``) and the builder
+    gives the pointwise result eager's strides (:func:`build_einsum`).
+    """
+    try:
+        einsum_parts(m)
+    except ValueError:
+        return None
+    return ("einsum_to_pointwise_pass", m.cls)
+
+
+einsum_key.any_strides = True
+
+
+def _eager_layout(w, m):
+    """The permutation ``perm`` with ``value == value.permute(perm).contiguous().permute(inverse)`` in
+    eager's layout (dims by decreasing stride), None when eager's value is contiguous; raise ValueError
+    when it is not dense (overlapping or with gaps) or unknown."""
+    strides = None
+    for n, tid in w.tr.node_id.items():
+        if w.view.node_of.get(tid) == m.cls:
+            val = n.meta.get("val", n.meta.get("example_value"))
+            if isinstance(val, torch.Tensor):
+                strides = (tuple(val.shape), tuple(val.stride()))
+                break
+    if strides is None:
+        raise ValueError("no eager strides")
+    shape, stride = strides
+    if m.eager_contiguous:
+        return None
+    perm = sorted(range(len(shape)), key=lambda d: (-stride[d], d))
+    expect = 1
+    for d in reversed(perm):
+        if shape[d] != 1 and stride[d] != expect:
+            raise ValueError("not a dense layout")
+        expect *= shape[d]
+    return perm
+
+
+def build_einsum(w, members) -> None:
+    """``einsum("P i, Q i o -> P o", x, w) == (x.unsqueeze(-1) * w).sum(-2)``; where eager's einsum
+    returned a permuted layout (it computes through bmm), the result is copied into that layout
+    (``.permute(perm).contiguous()`` viewed back), so eager's strides reach the graph's outputs."""
+    for m in members:
+        try:
+            perm = _eager_layout(w, m)
+        except ValueError:
+            continue
+        x, wt, P, i, Q, o = einsum_parts(m)
+        sx, sw = tuple(m.in_shapes[x]), tuple(m.in_shapes[wt])
+        t = m.types[0][0]
+        X = w.unsqueeze(w.handle(m.inputs[x]), len(sx), sx + (1,))
+        prod_shape = sx + (sw[-1],)
+        mul = w.key("einsum_to_pointwise:mul", _recipe("mul", torch.mul, _slots(2)), ((t, t), m.types[1]))
+        prod = w.apply(mul, [X, w.handle(m.inputs[wt])], prod_shape)
+        red = w.key("einsum_to_pointwise:sum", _recipe("sum", torch.sum, (_slots(1)[0], -2)), ((m.types[1],), m.types[1]))
+        y = w.apply(red, [prod], m.shape)
+        if perm is not None:
+            pshape = tuple(m.shape[d] for d in perm)
+            inv = [perm.index(d) for d in range(len(perm))]
+            copy = w.key("einsum_to_pointwise:contiguous", _method("contiguous"), ((m.types[1],), m.types[1]))
+            y = w.permute(w.apply(copy, [w.permute(y, perm, pshape)], pshape), inv, m.shape)
+        w.union(m, y)
+
+
+# -- decompose_mm_pass: memory-bound mm / addmm / bmm -> multiply + sum (Aten-IR), groups of one ----------
+
+#: upstream torch/_inductor/fx_passes/decompose_mem_bound_mm.py (torch 2.13): MIN_FIRST_DIMENSION_DECOMPOSITION,
+#: MAX_OTHER_DIMENSION_DECOMPOSITION (CUDA/XPU), CPU_MAX_FIRST_DIMENSION_DECOMPOSITION,
+#: CPU_MAX_OTHER_DIMENSION_DECOMPOSITION (CPU); the same option names override them.
+DECOMPOSE_MM_OPTIONS = {"min_first_dimension_decomposition": 10240, "max_other_dimension_decomposition": 32,
+                        "cpu_max_first_dimension_decomposition": 1, "cpu_max_other_dimension_decomposition": 2048}
+
+
+def _mm_operands(m):
+    """``(kind, bias, a, b)`` of a plain aten.mm / aten.addmm (beta = alpha = 1) / aten.bmm member."""
+    from optimus_bridge.translate import Slot
+
+    aten = torch.ops.aten
+    r = m.recipe
+    if m.op != "Apply" or r.op != "call_function" or r.kwargs:
+        raise ValueError("not a plain aten call")
+    if r.target is aten.mm.default and r.args == (Slot(0), Slot(1)):
+        return "mm", None, 0, 1
+    if r.target is aten.addmm.default and r.args == (Slot(0), Slot(1), Slot(2)):
+        return "mm", 0, 1, 2
+    if r.target is aten.bmm.default and r.args == (Slot(0), Slot(1)):
+        return "bmm", None, 0, 1
+    raise ValueError("not mm, addmm or bmm")
+
+
+def should_decompose(m, options: dict) -> bool:
+    """Upstream's size guards (``should_decompose_mm`` / ``should_decompose_bmm``): on CUDA/XPU, mm
+    [M, K] x [K, N] when M >= min_first (10240) and K, N < max_other (32); bmm [b, M, K] x [b, K, N] when
+    b >= min_first and two of M, K, N < max_other. On CPU, mm when M <= cpu_max_first (1) and K, N <=
+    cpu_max_other (2048); bmm when b <= cpu_max_first. Other devices: never."""
+    kind, _, a, b = _mm_operands(m)
+    sa, sb = m.in_shapes[a], m.in_shapes[b]
+    rank = 2 if kind == "mm" else 3
+    if sa is None or sb is None or len(sa) != rank or len(sb) != rank or len(set(m.types[0])) != 1:
+        return False
+    device = m.types[1][1].split(":")[0]
+    o = {**DECOMPOSE_MM_OPTIONS, **{k: v for k, v in options.items() if k in DECOMPOSE_MM_OPTIONS}}
+    lo, hi = o["min_first_dimension_decomposition"], o["max_other_dimension_decomposition"]
+    cpu_first, cpu_other = o["cpu_max_first_dimension_decomposition"], o["cpu_max_other_dimension_decomposition"]
+    if device in ("cuda", "xpu"):
+        if kind == "mm":
+            return sa[0] >= lo and sb[0] < hi and sb[1] < hi
+        return sa[0] >= lo and (sa[1] < hi) + (sa[2] < hi) + (sb[2] < hi) >= 2
+    if device == "cpu":
+        if kind == "mm":
+            return sa[0] <= cpu_first and sb[0] <= cpu_other and sb[1] <= cpu_other
+        return sa[0] <= cpu_first and sb[0] <= cpu_first
+    return False
+
+
+def decompose_mm_key(m, options: dict):
+    """decompose_mm_pass: every mm/addmm/bmm within upstream's size guards is its own group."""
+    try:
+        if m.shape is None or len(m.shape) + 2 > MAX_RANK or not should_decompose(m, options):
+            return None
+    except ValueError:
+        return None
+    return ("decompose_mm_pass", m.cls)
+
+
+decompose_mm_key.wants_options = True
+decompose_mm_key.option_defaults = DECOMPOSE_MM_OPTIONS
+
+
+def build_decompose_mm(w, members) -> None:
+    """mm: ``sum(A[:, :, None] * B[None], -2)`` (+ bias for addmm); bmm: ``sum(A[..., None] * B[:, None], -2)``,
+    as aten.unsqueeze / aten.mul.Tensor / aten.sum.dim_IntList (/ aten.add.Tensor). bf16/fp16 operands are
+    computed in float32 and rounded once (prims.convert_element_type), as eager's matmul kernels
+    accumulate: upstream rounds the products and the sum to the input dtype, which loses digits under
+    cancellation (measured: a relative error of 0.1 on a bf16 addmm element)."""
+    aten = torch.ops.aten
+    convert = torch.ops.prims.convert_element_type.default
+    for m in members:
+        kind, bias, a, b = _mm_operands(m)
+        sa, sb = tuple(m.in_shapes[a]), tuple(m.in_shapes[b])
+        t, out = m.types[0][0], m.types[1]
+        low = t[0] in _UPCAST
+        c = ("torch.float32", t[1]) if low else t
+
+        def cast(h, shape, src, dst):
+            if src == dst:
+                return h
+            dtype = torch.float32 if dst[0] == "torch.float32" else _UPCAST[dst[0]]
+            key = w.key(f"decompose_mm:convert:{dst[0]}", _recipe("convert_element_type", convert,
+                                                                  (_slots(1)[0], dtype)), ((src,), dst))
+            return w.apply(key, [h], shape)
+
+        A = w.unsqueeze(cast(w.handle(m.inputs[a]), sa, t, c), len(sa), sa + (1,))
+        B = w.unsqueeze(cast(w.handle(m.inputs[b]), sb, t, c), len(sb) - 2, sb[:-2] + (1,) + sb[-2:])
+        prod_shape = sa + (sb[-1],)
+        mul = w.key("decompose_mm:mul", _recipe("mul", aten.mul.Tensor, _slots(2)), ((c, c), c))
+        red = w.key("decompose_mm:sum", _recipe("sum", aten.sum.dim_IntList, (_slots(1)[0], [-2])), ((c,), c))
+        y = w.apply(red, [w.apply(mul, [A, B], prod_shape)], tuple(m.shape))
+        if bias is not None:
+            add = w.key("decompose_mm:add", _recipe("add", aten.add.Tensor, _slots(2)), ((c, t), c))
+            y = w.apply(add, [y, w.handle(m.inputs[bias])], tuple(m.shape))
+        w.union(m, cast(y, tuple(m.shape), c, out))

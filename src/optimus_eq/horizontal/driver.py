@@ -25,6 +25,13 @@ from optimus_eq.horizontal.rows import IdAlloc, RowWriter
 #: pre_grad_fusion_options mean the same here. Smaller groups: ``{"min_fuse_set_size": 2}``.
 DEFAULT_OPTIONS = {"min_fuse_set_size": 5, "max_fuse_set_size": 300, "max_fuse_search_depth": 5}
 
+#: Per-pattern options the built-in accepts (group_batch_fusion.py) that are taken and not read here:
+#: ``require_fbgemm`` (the built-in's dependency, none here), ``fuse_nodes_with_same_parent`` /
+#: ``fuse_nodes_with_same_users`` (the built-in's extra restriction of a group to one parent or one user
+#: set: groups here are any independent set) and ``shape_broadcast_batch_linear`` (not built).
+ACCEPTED_UNREAD_OPTIONS = frozenset(["require_fbgemm", "fuse_nodes_with_same_parent", "fuse_nodes_with_same_users",
+                                     "shape_broadcast_batch_linear"])
+
 
 @dataclass
 class HorizontalContext:
@@ -50,16 +57,19 @@ class HorizontalContext:
 
 
 def pattern_options(pattern, overrides: dict) -> dict:
-    """DEFAULT_OPTIONS, then the pattern's own, then the caller's overrides for it.
+    """DEFAULT_OPTIONS and the key function's ``option_defaults``, then the pattern's own, then the caller's
+    overrides for it. A key function marked ``wants_options`` is called as ``group_key(member, options)``.
 
     Raises:
         ValueError: on an option name that horizontal patterns do not know.
     """
-    opts = dict(DEFAULT_OPTIONS)
+    own = dict(getattr(pattern.group_key, "option_defaults", {}))  # a key function's own options
+    opts = {**DEFAULT_OPTIONS, **own}
     for src in (pattern.options, overrides.get(pattern.name, {})):
-        unknown = set(src) - set(DEFAULT_OPTIONS)
+        unknown = set(src) - set(DEFAULT_OPTIONS) - ACCEPTED_UNREAD_OPTIONS - set(own)
         if unknown:
-            raise ValueError(f"{pattern.name}: unknown option(s) {sorted(unknown)}; valid: {sorted(DEFAULT_OPTIONS)}")
+            raise ValueError(f"{pattern.name}: unknown option(s) {sorted(unknown)}; "
+                             f"valid: {sorted(set(DEFAULT_OPTIONS) | ACCEPTED_UNREAD_OPTIONS | set(own))}")
         opts.update(src)
     return opts
 

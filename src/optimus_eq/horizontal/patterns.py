@@ -11,10 +11,11 @@ from optimus_eq.horizontal import builders as b
 from optimus_eq.patterns.registry import HorizontalPattern
 
 
-def _pointwise(name: str, op: str, doc: str, exclude_outputs: bool = False) -> HorizontalPattern:
+def _pointwise(name: str, op: str, doc: str, exclude_outputs: bool = False,
+               level: str = "pre_grad") -> HorizontalPattern:
     return HorizontalPattern(
         name=name,
-        levels=("pre_grad",),
+        levels=(level,),
         doc=doc,
         group_key=b.pointwise_key(frozenset([op]), exclude_outputs),
         build=b.build_pointwise,
@@ -93,5 +94,87 @@ batch_dropout = _pointwise("batch_dropout", "dropout", """Independent training-m
     F.dropout(a, 0.1), F.dropout(b, 0.1)  =>  d = F.dropout(torch.stack([a, b]), 0.1); d[0], d[1]
     """)
 
+# -- post-grad (Aten-IR): upstream's PostGradBatchLinearFusion and BatchPointwise*PostGradFusion --------
+# Members are aten OpOverload calls; the fused op keeps the members' OpOverload (pointwise) or is
+# aten.bmm / aten.baddbmm (linear); stacks and selects lower to aten.cat / aten.unsqueeze / aten.select.
+
+batch_linear_post_grad = HorizontalPattern(
+    name="batch_linear_post_grad",
+    levels=("post_grad",),
+    doc="""Independent aten.mm / aten.addmm of equal shapes become one aten.bmm / aten.baddbmm.
+
+    y_i = aten.addmm(b_i, x_i, aten.permute(w_i, [1, 0])), i < n      (x_i: [M, K], w_i: [N, K], b_i: [N])
+        =>  Y = aten.baddbmm(stack(b).unsqueeze(1), stack(x), stack(permute(w))); y_i = aten.select(Y, 0, i)
+    (addmm only with beta = alpha = 1; bias [N], [1, N] or [M, N]; aten.bmm for aten.mm)
+    """,
+    group_key=b.aten_linear_key,
+    build=b.build_aten_linear,
+)
+
+
+def _aten_pointwise(op: str, extra: str = "") -> HorizontalPattern:
+    return _pointwise(f"batch_aten_{op}", op, f"""Independent aten.{op} of equal shapes (and equal constant
+    arguments{extra}) become one aten.{op} of the stacked operands; dtypes and devices are in the group key,
+    so fp32 and bf16 ops are never fused together.
+
+    aten.{op}(a1{', b1' if extra else ''}), aten.{op}(a2{', b2' if extra else ''})
+        =>  f = aten.{op}(aten.cat([a1[None], a2[None]]){', aten.cat([b1[None], b2[None]])' if extra else ''}); f[0], f[1]
+    """, level="post_grad")
+
+
+_BINARY = (": alpha, rounding_mode, a scalar operand's value; a scalar operand and a tensor operand are "
+           "different ops, and operands that broadcast are not fused")
+batch_aten_tanh = _aten_pointwise("tanh")
+batch_aten_sigmoid = _aten_pointwise("sigmoid")
+batch_aten_relu = _aten_pointwise("relu")
+batch_aten_add = _aten_pointwise("add", _BINARY)
+batch_aten_sub = _aten_pointwise("sub", _BINARY)
+batch_aten_mul = _aten_pointwise("mul", _BINARY)
+batch_aten_div = _aten_pointwise("div", _BINARY)
+
+decompose_mm_pass = HorizontalPattern(
+    name="decompose_mm_pass",
+    levels=("post_grad",),
+    doc="""Memory-bound aten.mm / aten.addmm / aten.bmm with tiny dimensions become a multiply and a sum
+    (upstream torch/_inductor/fx_passes/decompose_mem_bound_mm.py, with its size guards and option names:
+    see ``builders.should_decompose``).
+
+    aten.mm(A, B)            (A: [M, K], B: [K, N]; CUDA: M >= 10240, K, N < 32; CPU: M <= 1, K, N <= 2048)
+        =>  aten.sum.dim_IntList(aten.mul.Tensor(A.unsqueeze(2), B.unsqueeze(0)), [-2])
+    aten.addmm(C, A, B)  =>  the same, then aten.add.Tensor(_, C)
+    aten.bmm(A, B)           (A: [b, M, K]; CUDA: b >= 10240 and two of M, K, N < 32; CPU: b <= 1)
+        =>  aten.sum.dim_IntList(aten.mul.Tensor(A.unsqueeze(3), B.unsqueeze(1)), [-2])
+
+    A rewrite of one op, run by the horizontal machinery with groups of one (greedy replaces it; in eqsat
+    the cost model decides, and it does not credit Inductor's fusion of the multiply into the sum yet).
+    """,
+    group_key=b.decompose_mm_key,
+    build=b.build_decompose_mm,
+    options={"min_fuse_set_size": 1, "max_fuse_set_size": 1},
+)
+
+POST_GRAD_PATTERNS = (decompose_mm_pass, batch_linear_post_grad, batch_aten_tanh, batch_aten_sigmoid, batch_aten_relu, batch_aten_add,
+                      batch_aten_sub, batch_aten_div, batch_aten_mul)
+
+einsum_to_pointwise_pass = HorizontalPattern(
+    name="einsum_to_pointwise_pass",
+    levels=("pre_grad",),
+    doc="""An einsum that is a broadcast multiply and a sum over x's last letter becomes pointwise ops
+    (upstream split_cat.py ``replace_einsum_to_pointwise``, tested by test_kernel_optimization.py).
+
+    torch.einsum("bni,nio->bno", x, w)   (also "bni,bnio->bno": "P i, Q i o -> P o", Q a suffix of P)
+        =>  (x.unsqueeze(-1) * w).sum(-2)
+
+    A rewrite of one op, run by the horizontal machinery with groups of one (so greedy replaces it and
+    eqsat adds it as an alternative). Upstream also asks for an ``add`` user (so that Inductor fuses
+    mul, sum and add into one kernel); here every matching einsum within the group search's reach is
+    rewritten in greedy, and in eqsat the cost model decides (it does not credit Inductor's fusion of
+    the mul into the sum yet, so it keeps the einsum).
+    """,
+    group_key=b.einsum_key,
+    build=b.build_einsum,
+    options={"min_fuse_set_size": 1, "max_fuse_set_size": 1},
+)
+
 PATTERNS = (batch_linear_lhs, batch_linear, batch_layernorm, batch_tanh, batch_sigmoid, batch_relu,
-            batch_detach, batch_nan_to_num, batch_clamp, batch_dropout)
+            batch_detach, batch_nan_to_num, batch_clamp, batch_dropout, einsum_to_pointwise_pass)

@@ -54,6 +54,9 @@ class Member:
         signature: the recipe without its key: op name, opcode, target, constant args, kwargs. Two ops
             with equal signatures and types compute the same function of their inputs.
         is_output: the value is a graph output.
+        eager_contiguous: eager's value was contiguous. Fused values are contiguous, so members whose
+            eager value was not are only offered to key functions marked ``any_strides`` (the lowering
+            restores eager's strides only for contiguous outputs).
     """
 
     cls: object
@@ -66,6 +69,7 @@ class Member:
     shape: tuple | None
     signature: tuple
     is_output: bool = False
+    eager_contiguous: bool = True
 
 
 def _target_text(target) -> str:
@@ -173,9 +177,8 @@ class PlanGraph:
                 shapes = self.view.shapes
                 m = Member(c, en.op, key, r, tr.types[key], inputs, [shapes.get(i) for i in inputs],
                            shapes.get(c), (r.name, r.op, _target_text(r.target), repr(r.args),
-                                           repr(sorted(r.kwargs.items()))), c in self.outputs)
-                if not self.eager_contiguous.get(c, True):
-                    m = None  # fused outputs are contiguous; keep eager's strides where they were not
+                                           repr(sorted(r.kwargs.items()))), c in self.outputs,
+                           self.eager_contiguous.get(c, True))
         self._members[c] = m
         return m
 
@@ -190,9 +193,11 @@ class PlanGraph:
             if c not in keys:
                 m = self.member(c)
                 k = None
-                if m is not None:
+                # fused outputs are contiguous; keep eager's strides where they were not (unless the key
+                # function says strides do not matter to it: ``any_strides``)
+                if m is not None and (m.eager_contiguous or getattr(group_key, "any_strides", False)):
                     try:
-                        k = group_key(m)
+                        k = group_key(m, options) if getattr(group_key, "wants_options", False) else group_key(m)
                     except Exception:  # a user's key function failed on this op: leave it alone
                         k = None
                 keys[c] = k
@@ -218,7 +223,9 @@ class PlanGraph:
         # one): searching from join points (two or more inputs) and the output finds the same groups
         self._positions()
         indeg = self.g.in_degree
-        roots = [c for c in reversed(self._seq) if c in near and indeg(c) >= 2]
+        # (that input is a group of one: rewrites of one op, min_fuse_set_size 1, search from every value)
+        single = options["min_fuse_set_size"] <= 1
+        roots = [c for c in reversed(self._seq) if c in near and (single or indeg(c) >= 2)]
         for root in roots:
             found: dict = {}
             seen = {root}

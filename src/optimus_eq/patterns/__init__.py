@@ -27,7 +27,9 @@ for _p in (
     split_cat.split_cat_pass,
     split_cat.split_cat_to_slices_pass,
     split_cat.mutate_cat_pass,
-    *aten.PATTERNS,
+    aten.PATTERNS[0],
+    *horizontal.POST_GRAD_PATTERNS,
+    *aten.PATTERNS[1:],
 ):
     DEFAULT_REGISTRY.register(_p)
 
