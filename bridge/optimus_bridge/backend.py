@@ -13,7 +13,7 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
     """A torch.compile backend that optimizes the dynamo graph, then compiles it with Inductor.
 
     Args:
-        strategy: ``"eqsat"``, ``"greedy"`` or ``"none"`` (Inductor alone).
+        strategy: ``"eqsat"``, ``"greedy"``, ``"none"`` (Inductor alone), or for ablation ``"taso"`` / ``"tensat"``.
         compile: hand the result to Inductor's ``compile_fx`` (False: run the optimized graph eagerly).
         inductor_config: Inductor config patches passed to ``compile_fx`` (e.g. ``{"triton.cudagraphs": True}``).
         pre_grad: optimize the Torch-IR graph dynamo captures (before AOTAutograd).
