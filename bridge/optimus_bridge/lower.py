@@ -26,6 +26,7 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 from optimus_bridge import vocab
 from optimus_bridge.translate import Slot, Translation, dropout_draws, meta_val
 from optimus_eq.extract import EGraphView, no_gc
+from optimus_eq.extract.plan import chosen_list
 
 def _call(g: Graph, target, args: tuple, kwargs: dict | None = None, name: str | None = None) -> Node:
     """``g.call_function(target, args, kwargs)``, with the arguments set after the node is created: the
@@ -118,13 +119,7 @@ class Lowerer:
 
     # -- e-classes -------------------------------------------------------------------------------
     def _list(self, cls: str) -> list[str]:
-        out = []
-        while True:
-            node = self.view.nodes[self.choice[cls]]
-            if node.op in ("Nil", "ANil"):
-                return out
-            out.append(node.children[0])
-            cls = node.children[1]
+        return chosen_list(self.view, self.choice, cls)
 
     def _deps(self, cls: str) -> list[str]:
         node = self.view.nodes[self.choice[cls]]

@@ -23,6 +23,19 @@ class Extraction:
     note: str = ""
 
 
+def chosen_list(view: EGraphView, choice: dict, list_cls) -> list:
+    """The element classes of a chosen list e-class (a ``Cons``/``ACons`` chain ending in ``Nil``/``ANil``),
+    in order."""
+    out = []
+    nodes = view.nodes
+    while True:
+        en = nodes[choice[list_cls]]
+        if en.op in ("Nil", "ANil"):
+            return out
+        out.append(en.children[0])
+        list_cls = en.children[1]
+
+
 def _reachable(view: EGraphView, roots: list, choice: dict | None) -> list:
     """Classes reachable from ``roots`` through the chosen e-nodes (or through all e-nodes if None)."""
     seen: set = set()

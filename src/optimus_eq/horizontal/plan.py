@@ -117,14 +117,9 @@ class PlanGraph:
     # -- structure ---------------------------------------------------------------------------------
     def elements(self, list_cls) -> list:
         """The element classes of a chosen list (``Cons``/``ACons`` chain)."""
-        out = []
-        nodes, choice = self.view.nodes, self.choice
-        while True:
-            en = nodes[choice[list_cls]]
-            if en.op in ("Nil", "ANil"):
-                return out
-            out.append(en.children[0])
-            list_cls = en.children[1]
+        from optimus_eq.extract.plan import chosen_list
+
+        return chosen_list(self.view, self.choice, list_cls)
 
     def term_children(self, en) -> list:
         """Tensor inputs of a chosen e-node, list cells looked through."""
