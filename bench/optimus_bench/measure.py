@@ -241,6 +241,11 @@ def _has_copy_child(e) -> bool:
     return False
 
 
+def _sum_or_none(values) -> float | None:
+    values = list(values)
+    return None if not values or any(v is None for v in values) else float(sum(values))
+
+
 def _reports_summary(reports: list) -> dict[str, Any]:
     """optimus_eq's reports of this cell's graphs, folded into the result's fields."""
     if not reports:
@@ -261,13 +266,17 @@ def _reports_summary(reports: list) -> dict[str, Any]:
         "stop_reasons": sorted({r.stop_reason for r in reports if r.stop_reason}),
         "fx_nodes_before": sum(r.nodes_before for r in reports),
         "fx_nodes_after": sum(r.nodes_after for r in reports),
+        # the cost model's estimates (us) of the graphs before and after, summed over the cell's graphs;
+        # None when a graph fell back or had nothing to estimate (compare with the measured ms)
+        "cost_before_us": _sum_or_none(r.cost_before for r in reports),
+        "cost_after_us": _sum_or_none(r.cost_after for r in reports),
         "patterns_fired": fired,
         "fallback": "; ".join(fallbacks) or None,
     }
 
 
 def run_cell(case: BenchCase, mode: str, strategy: Strategy, device: str, ref: dict[str, Any], *,
-             iters: int = 20, warmup: int = 3, fresh_cache: bool = True,
+             iters: int = 20, warmup: int = 3, fresh_cache: bool = True, optimus_options: dict | None = None,
              log: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
     """Compile ``case.model`` with ``strategy``, check it against ``ref`` and measure it.
 
@@ -280,6 +289,8 @@ def run_cell(case: BenchCase, mode: str, strategy: Strategy, device: str, ref: d
         iters, warmup: timed and untimed iterations after the first call.
         fresh_cache: compile into an empty Inductor cache, so compile_s is a cold compile and no cell
             reuses another's kernels.
+        optimus_options: extra keyword arguments of ``optimus_eq.backend`` for our strategies
+            (e.g. ``cost_model``).
 
     Returns a dict with ``status`` (``"ok"``, ``"mismatch"`` or ``"error"``), ``error`` (text or None),
     ``compile_s`` (first call: Dynamo, optimizer, AOTAutograd, Inductor and one run, seconds),
@@ -290,7 +301,8 @@ def run_cell(case: BenchCase, mode: str, strategy: Strategy, device: str, ref: d
     ``grads_match`` (train), ``max_abs_diff``, ``max_rel_l2``, ``mismatch`` (text), ``cudagraph_skips``
     (CUDA-graph strategies: graphs that Inductor compiled without CUDA graphs), and the optimizer's report fields
     (``egraph_nodes``, ``egraph_classes``, ``iterations``, ``stop_reasons``, ``patterns_fired``,
-    ``fx_nodes_before``/``fx_nodes_after``, ``graphs``, ``fallback``).
+    ``fx_nodes_before``/``fx_nodes_after``, ``cost_before_us``/``cost_after_us`` (the cost model's
+    estimates), ``graphs``, ``fallback``).
     """
     import torch._inductor.config as inductor_config
     import torch._inductor.utils as inductor_utils
@@ -305,7 +317,7 @@ def run_cell(case: BenchCase, mode: str, strategy: Strategy, device: str, ref: d
     patches = {"cpp.enable_kernel_profile": True} if device == "cpu" else {}
     try:
         with cache, inductor_config.patch(patches):
-            fn = strategy.compile(module)
+            fn = strategy.compile(module, optimus_options)
             step = _step_fn(module, fn, case, mode, strategy.cudagraphs and device == "cuda")
             inductor_before = _metric_totals("compile_fx_inner")
             skips_before = _cudagraph_skips()

@@ -111,7 +111,8 @@ def run_matrix(models: list[str], strategies: list[str], modes: list[str], devic
                size: str | None = None, dtype: torch.dtype = torch.float32, iters: int = 20, warmup: int = 3,
                cache: str = "cold", overrides: dict[str, dict] | None = None, seed: int = 0,
                time_budget_s: float | None = None, plots: bool = True, progress: bool = True,
-               warm_up: bool = True, argv: list[str] | None = None) -> dict[str, Any]:
+               warm_up: bool = True, argv: list[str] | None = None,
+               cost_model: str | None = None) -> dict[str, Any]:
     """Run the matrix and write ``results.json``, ``results.md`` and the plots under ``out_dir``.
 
     Args:
@@ -126,6 +127,8 @@ def run_matrix(models: list[str], strategies: list[str], modes: list[str], devic
         time_budget_s: start no new cell after this many seconds (the rest is recorded as not run).
         warm_up: compile a tiny function first, so that no cell pays Dynamo's and Inductor's one-time
             start-up costs (10-20 s on two CPU cores).
+        cost_model: a calibration JSON (``optimus-eq calibrate``) whose constants our strategies use
+            (``GPUCostModel.from_calibration``); default: the built-in constants.
 
     Returns the results dict (``environment``, ``config``, ``cells``; see ``bench/README.md``).
 
@@ -142,6 +145,16 @@ def run_matrix(models: list[str], strategies: list[str], modes: list[str], devic
         if m not in measure.MODES:
             raise ValueError(f"unknown mode {m!r}; valid: {', '.join(measure.MODES)}")
     chosen: list[Strategy] = resolve(strategies)
+    optimus_options: dict[str, Any] = {}
+    cost_constants = None
+    if cost_model is not None:
+        from optimus_eq.cost import GPUCostModel
+
+        try:
+            optimus_options["cost_model"] = GPUCostModel.from_calibration(cost_model)
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"--cost-model {cost_model}: {exc}") from exc
+        cost_constants = {k: getattr(optimus_options["cost_model"], k) for k in ("launch_us", "bytes_per_us")}
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("--device cuda, but torch.cuda.is_available() is False")
     size = size or ("gpu" if device == "cuda" else "cpu")
@@ -154,7 +167,7 @@ def run_matrix(models: list[str], strategies: list[str], modes: list[str], devic
         "config": {"models": list(models), "strategies": [s.name for s in chosen], "modes": list(modes),
                    "device": device, "size": size, "dtype": str(dtype).removeprefix("torch."), "iters": iters,
                    "warmup": warmup, "cache": cache, "overrides": overrides or {}, "seed": seed,
-                   "argv": argv},
+                   "argv": argv, "cost_model": cost_constants},
         "strategies": {s.name: {"kind": s.kind, "description": s.description, "mode": s.mode,
                                 "inductor_options": s.inductor_options} for s in chosen},
         "kernel_note": measure.KERNEL_NOTES[device],
@@ -192,7 +205,7 @@ def run_matrix(models: list[str], strategies: list[str], modes: list[str], devic
                 record({**key, "status": "not_run", "error": f"time budget of {time_budget_s:.0f} s spent"})
             else:
                 cell = measure.run_cell(case, mode, strat, device, ref, iters=iters, warmup=warmup,
-                                        fresh_cache=(cache == "cold"))
+                                        fresh_cache=(cache == "cold"), optimus_options=optimus_options)
                 record({**key, **cell})
                 say(output.one_line(results["cells"][-1]))
             bar.update(1)

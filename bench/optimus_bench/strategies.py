@@ -68,8 +68,12 @@ class Strategy:
     def compiles(self) -> bool:
         return self.kind != "eager"
 
-    def compile(self, module: torch.nn.Module) -> Callable:
-        """The callable to benchmark: ``module`` itself (eager) or ``torch.compile(module, ...)``."""
+    def compile(self, module: torch.nn.Module, optimus_options: dict | None = None) -> Callable:
+        """The callable to benchmark: ``module`` itself (eager) or ``torch.compile(module, ...)``.
+
+        ``optimus_options`` go to :func:`optimus_eq.backend` (and so to ``optimize``) for our strategies,
+        e.g. ``{"cost_model": GPUCostModel.from_calibration(path)}``; other strategies ignore them.
+        """
         if self.kind == "eager":
             return module
         options = dict(self.inductor_options) or None
@@ -77,7 +81,8 @@ class Strategy:
             return torch.compile(module, mode=self.mode, options=options)
         import optimus_eq
 
-        return torch.compile(module, backend=optimus_eq.backend(strategy=self.optimus_strategy), mode=self.mode,
+        return torch.compile(module, backend=optimus_eq.backend(strategy=self.optimus_strategy,
+                                                                 **(optimus_options or {})), mode=self.mode,
                              options=options)
 
 

@@ -182,7 +182,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             models, strategies, modes, device, args.out, size=args.size, dtype=dtype, iters=args.iters,
             warmup=args.warmup, cache=args.cache or ("row" if device == "cuda" else "cold"), overrides=overrides,
             time_budget_s=args.time_budget, plots=not args.no_plots, progress=not args.no_progress,
-            argv=sys.argv[1:])
+            argv=sys.argv[1:], cost_model=args.cost_model)
     except (ValueError, RuntimeError) as exc:
         print(f"optimus-eq bench: {exc}", file=sys.stderr)
         return 2
@@ -191,6 +191,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(f"\nwrote {args.out}/results.json, results.md" + (", plots" if not args.no_plots else "") + ": "
           + ", ".join(f"{v} {k}" for k, v in count.items() if v))
     return 1 if count["mismatch"] or count["error"] else 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    try:
+        from optimus_bench.calibrate import run
+    except ImportError as e:
+        print(f"optimus-eq calibrate needs the bench package (pip install -e . from the repository): {e}",
+              file=sys.stderr)
+        return 2
+    return run(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -256,10 +266,29 @@ def build_parser() -> argparse.ArgumentParser:
                        "--out, with the table and plots; runs nothing")
     bench.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                        help="start no new cell after this many seconds; the rest is recorded as not run")
+    bench.add_argument("--cost-model", default=None, metavar="JSON",
+                       help="our strategies use the cost-model constants of this calibration record "
+                       "(optimus-eq calibrate); default: the built-in ones")
     bench.add_argument("--no-plots", action="store_true", help="skip the matplotlib plots")
     bench.add_argument("--no-progress", action="store_true", help="plain progress lines instead of a tqdm bar")
     bench.add_argument("--list", action="store_true", help="print the model, strategy and mode names and exit")
     bench.set_defaults(func=cmd_bench)
+
+    calibrate = sub.add_parser(
+        "calibrate",
+        help="measure the cost model's launch_us and bytes_per_us on this device; write JSON",
+        description="Measure GPUCostModel's constants on this device (kernel launch cost in an Inductor graph, "
+        "memory bandwidth of cat/add/relu/layer_norm) and write them as JSON; use them with "
+        "optimize(..., cost_model=GPUCostModel.from_calibration(path)). Needs the bench package "
+        "(installed with the project).",
+    )
+    calibrate.set_defaults(func=cmd_calibrate)
+    try:
+        from optimus_bench.calibrate import add_arguments
+    except ImportError:  # the bench package is not installed: the subcommand says so when run
+        pass
+    else:
+        add_arguments(calibrate)
     return parser
 
 

@@ -34,6 +34,26 @@ class GPUCostModel:
     view_us: float = 1e-3
     itemsize: int = 4
 
+    @classmethod
+    def from_calibration(cls, source) -> "GPUCostModel":
+        """The model with ``launch_us`` and ``bytes_per_us`` measured by ``optimus-eq calibrate``.
+
+        Args:
+            source: the JSON file it wrote (a path) or that record as a dict.
+
+        Raises:
+            ValueError: the record lacks a positive ``launch_us`` or ``bytes_per_us``.
+        """
+        import json
+        from pathlib import Path
+
+        record = source if isinstance(source, dict) else json.loads(Path(source).read_text())
+        values = {k: record.get(k) for k in ("launch_us", "bytes_per_us")}
+        bad = [k for k, v in values.items() if not isinstance(v, (int, float)) or v <= 0]
+        if bad:
+            raise ValueError(f"calibration record needs positive {', '.join(bad)}; got {values}")
+        return cls(launch_us=float(values["launch_us"]), bytes_per_us=float(values["bytes_per_us"]))
+
     def node_cost(self, op: str, out_numel: int | None, in_numels: list[int | None], opaque: bool) -> float:
         """Cost in microseconds of one e-node whose output has ``out_numel`` elements."""
         if op in FREE or opaque:

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The H200 matrix as run for bench/results/: two device calls on a 2-GPU machine (nvidia-h200-x2),
+# each running two `optimus-eq bench` processes side by side, one per GPU, under a hard time limit.
+#
+#   bench/h200_matrix.sh 1     # calibrate the cost model; inference on GPU 0 || recsys training on GPU 1
+#   bench/h200_matrix.sh 2     # training: launch_bound, bert, resnext50 on GPU 0 || inception_v3 on GPU 1
+#
+# Results land under $OUT (the device tool's output folder; default ./h200_out). Merge them here with
+#   optimus-eq bench --merge OUT1/inf OUT1/train_a OUT2/train_b OUT2/train_c --out bench/results/h200_DATE
+# Part 2 reuses part 1's calibration if $CAL names it (else the built-in constants are used).
+set -u
+part=${1:?usage: h200_matrix.sh 1|2}
+OUT=${OUT:-$PWD/h200_out}
+mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then  # the device machine has no egglog: install the carried wheels
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+fi
+export PYTHONPATH=/tmp/site:$PWD/src:$PWD/bridge:$PWD/bench PYTHONUNBUFFERED=1
+export TORCHINDUCTOR_COMPILE_THREADS=12  # two processes share the CPU cores
+STRATS=eager,inductor,inductor-cudagraphs,inductor-optimus,greedy,eqsat,eqsat-cudagraphs,taso,tensat
+LIMIT=${LIMIT:-560}    # hard stop per process (s); results.json is rewritten after every cell
+BUDGET=${BUDGET:-430}  # no new cell after this (s)
+bench() {  # bench GPU NAME ARGS...: one bench process on one GPU, in the background
+  local gpu=$1 name=$2; shift 2
+  CUDA_VISIBLE_DEVICES=$gpu timeout -s INT "$LIMIT" python3 -m optimus_eq.cli bench --device cuda \
+    --strategies $STRATS --iters 50 --no-plots --no-progress --out "/tmp/$name" "$@" >"$OUT/$name.log" 2>&1
+  cp "/tmp/$name/results.json" "$OUT/$name.json" 2>/dev/null
+}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$OUT/gpu.txt"
+python3 -c "import torch, triton; print(torch.__version__, triton.__version__)" >>"$OUT/gpu.txt"
+case $part in
+  1)
+    CUDA_VISIBLE_DEVICES=0 python3 -m optimus_eq.cli calibrate --device cuda --out "$OUT/calibration.json" \
+      >"$OUT/calibrate.log" 2>&1
+    CAL=$OUT/calibration.json
+    bench 0 inf --modes inference --cost-model "$CAL" --time-budget "$BUDGET" &
+    bench 1 train_a --modes train --models dhen wukong interformer dlrm --cost-model "$CAL" \
+      --time-budget "$BUDGET" &
+    wait
+    ;;
+  2)
+    CALARG=(); [ -n "${CAL:-}" ] && CALARG=(--cost-model "$CAL")
+    bench 0 train_b --modes train --models launch_bound bert resnext50 "${CALARG[@]}" --time-budget "$BUDGET" &
+    bench 1 train_c --modes train --models inception_v3 "${CALARG[@]}" --time-budget "$BUDGET" &
+    wait
+    ;;
+esac
+ls -la "$OUT"
