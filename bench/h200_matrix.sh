@@ -3,10 +3,12 @@
 # each running two `optimus-eq bench` processes side by side, one per GPU, under a hard time limit.
 #
 #   bench/h200_matrix.sh 1     # calibrate the cost model; inference on GPU 0 || recsys training on GPU 1
-#   bench/h200_matrix.sh 2     # training: launch_bound, bert, resnext50 on GPU 0 || inception_v3 on GPU 1
+#   bench/h200_matrix.sh 3     # re-runs (see part 3)
+#   bench/h200_matrix.sh 2     # training: launch_bound, bert, resnext50 on GPU 0 || the CNNs' inference,
+#                              # then inception_v3 training, on GPU 1
 #
 # Results land under $OUT (the device tool's output folder; default ./h200_out). Merge them here with
-#   optimus-eq bench --merge OUT1/inf OUT1/train_a OUT2/train_b OUT2/train_c --out bench/results/h200_DATE
+#   optimus-eq bench --merge OUT1/inf OUT1/train_a OUT2/train_b OUT2/inf_b OUT2/train_c --out bench/results/h200_DATE
 # Part 2 reuses part 1's calibration if $CAL names it (else the built-in constants are used).
 set -u
 part=${1:?usage: h200_matrix.sh 1|2}
@@ -22,7 +24,9 @@ LIMIT=${LIMIT:-560}    # hard stop per process (s); results.json is rewritten af
 BUDGET=${BUDGET:-430}  # no new cell after this (s)
 bench() {  # bench GPU NAME ARGS...: one bench process on one GPU, in the background
   local gpu=$1 name=$2; shift 2
-  CUDA_VISIBLE_DEVICES=$gpu timeout -s INT "$LIMIT" python3 -m optimus_eq.cli bench --device cuda \
+  local half=$(( $(nproc) / 2 ))  # each process on its own half of the cores: one's compile bursts
+  local cores="$(( gpu * half ))-$(( gpu * half + half - 1 ))"  # must not slow the other's timed launches
+  CUDA_VISIBLE_DEVICES=$gpu timeout -s INT "$LIMIT" taskset -c "$cores" python3 -m optimus_eq.cli bench --device cuda \
     --strategies $STRATS --iters 50 --no-plots --no-progress --out "/tmp/$name" "$@" >"$OUT/$name.log" 2>&1
   cp "/tmp/$name/results.json" "$OUT/$name.json" 2>/dev/null
 }
@@ -41,7 +45,19 @@ case $part in
   2)
     CALARG=(); [ -n "${CAL:-}" ] && CALARG=(--cost-model "$CAL")
     bench 0 train_b --modes train --models launch_bound bert resnext50 "${CALARG[@]}" --time-budget "$BUDGET" &
-    bench 1 train_c --modes train --models inception_v3 "${CALARG[@]}" --time-budget "$BUDGET" &
+    (LIMIT=250 bench 1 inf_b --modes inference --models resnext50 inception_v3 "${CALARG[@]}" --time-budget 200
+     LIMIT=$((LIMIT - 250)) bench 1 train_c --modes train --models inception_v3 "${CALARG[@]}" \
+       --time-budget $((BUDGET - 250))) &
+    wait
+    ;;
+  3)  # parts 1-2 ran without core pinning (timings of concurrent cells were noisy) and before the
+      # CNN comparison fixes (TF32 off for the compared call, Inception's dropout off): re-run those
+    CALARG=(); [ -n "${CAL:-}" ] && CALARG=(--cost-model "$CAL")
+    bench 0 inf_c --modes inference --models dhen wukong interformer dlrm launch_bound bert "${CALARG[@]}" \
+      --time-budget "$BUDGET" &
+    (LIMIT=260 bench 1 train_d --modes train --models resnext50 "${CALARG[@]}" --time-budget 200
+     LIMIT=$((LIMIT - 260)) STRATS=eager,inductor-optimus,greedy,eqsat bench 1 train_e --modes train \
+       --models inception_v3 "${CALARG[@]}" --time-budget $((BUDGET - 260))) &
     wait
     ;;
 esac

@@ -8,7 +8,9 @@ Sources:
   ``torchvision.models.resnext50_32x4d`` (torchvision/models/resnet.py): grouped convolutions, 32
   parallel paths per block expressed as one conv with ``groups=32``.
 Both with random weights (``weights=None``), no download; timm's ``inception_v3`` /
-``resnext50_32x4d`` are used when torchvision is missing.
+``resnext50_32x4d`` are used when torchvision is missing. Inception-v3's dropout before the classifier
+is off (``dropout=0.0``), as BERT's is, so that a training step is deterministic and comparable with
+eager.
 
 Sizes: ``gpu`` is the models' ImageNet input (299x299 for Inception-v3, 224x224 for ResNeXt-50, 1000
 classes) at batch 32; ``cpu`` is a 75x75 (Inception's minimum) / 64x64 input, 10 classes, batch 2.
@@ -51,7 +53,7 @@ def _constructor(torchvision_name: str, timm_name: str) -> Callable[..., nn.Modu
 
         ctor = getattr(tvm, torchvision_name)
         if torchvision_name == "inception_v3":
-            return lambda num_classes: ctor(weights=None, aux_logits=False, init_weights=False,
+            return lambda num_classes: ctor(weights=None, aux_logits=False, init_weights=False, dropout=0.0,
                                             num_classes=num_classes)
         return lambda num_classes: ctor(weights=None, num_classes=num_classes)
     except Exception as exc:  # ImportError, or an operator registration error against this torch
@@ -59,7 +61,8 @@ def _constructor(torchvision_name: str, timm_name: str) -> Callable[..., nn.Modu
     try:
         import timm
 
-        return lambda num_classes: timm.create_model(timm_name, pretrained=False, num_classes=num_classes)
+        return lambda num_classes: timm.create_model(timm_name, pretrained=False, num_classes=num_classes,
+                                                     drop_rate=0.0)
     except Exception as exc:
         errors.append(f"timm: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
     raise ModelUnavailable(f"{torchvision_name} needs torchvision or timm, and neither imports here ("
