@@ -24,8 +24,13 @@ LIMIT=${LIMIT:-560}    # hard stop per process (s); results.json is rewritten af
 BUDGET=${BUDGET:-430}  # no new cell after this (s)
 bench() {  # bench GPU NAME ARGS...: one bench process on one GPU, in the background
   local gpu=$1 name=$2; shift 2
-  local half=$(( $(nproc) / 2 ))  # each process on its own half of the cores: one's compile bursts
-  local cores="$(( gpu * half ))-$(( gpu * half + half - 1 ))"  # must not slow the other's timed launches
+  # each process on its own half of the physical cores, hyperthread siblings included: one's compile
+  # bursts must not slow the other's timed launches (part 3 split logical CPUs 0-15 / 16-31, which on a
+  # host whose siblings are i and i+16 shares every physical core, and its times stayed noisy)
+  local ncores cores
+  ncores=$(lscpu -p=CORE | grep -v '^#' | sort -un | wc -l)
+  cores=$(lscpu -p=CPU,CORE | grep -v '^#' | awk -F, -v g="$gpu" -v n="$ncores" \
+          '(g == 0 && $2 < n / 2) || (g == 1 && $2 >= n / 2) {printf "%s%s", sep, $1; sep = ","}')
   CUDA_VISIBLE_DEVICES=$gpu timeout -s INT "$LIMIT" taskset -c "$cores" python3 -m optimus_eq.cli bench --device cuda \
     --strategies $STRATS --iters 50 --no-plots --no-progress --out "/tmp/$name" "$@" >"$OUT/$name.log" 2>&1
   cp "/tmp/$name/results.json" "$OUT/$name.json" 2>/dev/null

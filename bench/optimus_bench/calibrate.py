@@ -4,11 +4,15 @@
 (microseconds). This module measures both constants on the machine at hand and writes them as JSON that
 :meth:`GPUCostModel.from_calibration` reads:
 
-* ``bytes_per_us``: a least-squares line ``t = floor_us + bytes / bytes_per_us`` (``scipy.stats.linregress``)
-  through the GPU time of the memory-bound ops the model prices (``cat`` of 2..32 pieces, ``add``, ``relu``,
-  ``layer_norm``) over sizes from 64 KiB to 256 MiB, with bytes counted exactly as the model counts them
-  (``Cat``: output written and read once; others: inputs read plus output written). On CUDA each op is
-  timed inside a CUDA graph of ``reps`` copies, so the CPU's launch cost is not in it.
+* ``bytes_per_us``: per op, a least-squares line ``t = floor_us + bytes / bandwidth``
+  (``scipy.stats.linregress``) through the GPU time of the memory-bound ops the model prices (``cat`` of 2
+  and of 32 pieces, ``add``, ``relu``, ``layer_norm``) over sizes from 64 KiB to 256 MiB, with bytes
+  counted exactly as the model counts them (``Cat``: output written and read once; others: inputs read
+  plus output written); ``bytes_per_us`` is the median of the per-op bandwidths. The median, not one line
+  through all points, because some ATen kernels run far below what Inductor's generated kernels reach
+  (on the H200, ATen's ``layer_norm`` over 256 columns at 1.2 TB/s, a 32-piece ``cat`` at 1.8 TB/s, the
+  pointwise ops at 4.1-4.3 TB/s), and a pooled line is pulled down by them. On CUDA each op is timed
+  inside a CUDA graph of ``reps`` copies, so the CPU's launch cost is not in it.
 * ``launch_us``: the marginal cost of one more kernel in an Inductor-compiled graph run without CUDA
   graphs, the setting the optimizer targets: a compiled function of ``k`` independent row sums of small,
   distinct inputs (one Triton kernel each; counted with torch.profiler) is timed for two ``k``, and the
@@ -197,22 +201,30 @@ def calibrate(device: str = "cuda", quick: bool = False) -> dict[str, Any]:
         sizes = [2 ** p for p in range(14, 27, 2)]  # 16k .. 64M elements: 64 KiB .. 256 MiB per fp32 tensor
         ks, reps = (16, 128), 50
     samples = bandwidth_samples(device, sizes, reps=10 if quick else 20)
+    launch = launch_samples(device, ks, reps, compile_inductor=device == "cuda")
+    meta = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "torch": torch.__version__}
+    return fit_record(samples, launch, meta)
+
+
+def fit_record(samples: list[dict], launch: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+    """The calibration record from measured ``samples`` (:func:`bandwidth_samples`) and ``launch``
+    (:func:`launch_samples`): the cost model's two constants, the per-op fits and the samples."""
     fits = {}
     for name in BANDWIDTH_OPS + ("linear",):
         pts = [s for s in samples if s["op"] == name]
         fits[name] = fit_line([s["bytes"] for s in pts], [s["us"] for s in pts])
     pooled = [s for s in samples if s["op"] in BANDWIDTH_OPS]
     fit = fit_line([s["bytes"] for s in pooled], [s["us"] for s in pooled])
-    launch = launch_samples(device, ks, reps, compile_inductor=device == "cuda")
+    bandwidths = [1.0 / fits[k]["slope"] for k in BANDWIDTH_OPS if fits[k]["slope"] > 0]
     launch_us = launch.get("launch_us_inductor", launch["launch_us_eager"])
     record = {
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-        "torch": torch.__version__,
+        **meta,
         "launch_us": round(max(launch_us, 0.0), 3),
-        "bytes_per_us": round(1.0 / fit["slope"], 1) if fit["slope"] > 0 else None,
-        "gpu_floor_us": round(fit["intercept"], 3),
-        "fit_r2": round(fit["r2"], 5),
+        "bytes_per_us": round(statistics.median(bandwidths), 1) if bandwidths else None,
+        "gpu_floor_us": round(statistics.median(fits[k]["intercept"] for k in BANDWIDTH_OPS), 3),
+        "pooled_bytes_per_us": round(1.0 / fit["slope"], 1) if fit["slope"] > 0 else None,
+        "pooled_r2": round(fit["r2"], 5),
         **{k: (round(v, 3) if isinstance(v, float) else v) for k, v in launch.items()},
         "per_op": {k: {"bytes_per_us": (round(1 / v["slope"], 1) if v["slope"] > 0 else None),
                        "floor_us": round(v["intercept"], 3), "r2": round(v["r2"], 5)} for k, v in fits.items()},
@@ -238,8 +250,9 @@ def summary(record: dict[str, Any]) -> str:
     lines = [f"calibration on {record['device']} (torch {record['torch']}, {record['date']})",
              f"  launch_us    = {record['launch_us']} (marginal Inductor kernel without CUDA graphs; "
              f"eager {record.get('launch_us_eager')}, inside a CUDA graph {record.get('launch_us_cudagraph')})",
-             f"  bytes_per_us = {record['bytes_per_us']} (pooled fit over {', '.join(BANDWIDTH_OPS)}; "
-             f"r2 {record['fit_r2']}, GPU floor {record['gpu_floor_us']} us)",
+             f"  bytes_per_us = {record['bytes_per_us']} (median of the per-op fits over {', '.join(BANDWIDTH_OPS)}; "
+             f"one pooled line: {record.get('pooled_bytes_per_us')}, r2 {record.get('pooled_r2')}; "
+             f"GPU floor {record['gpu_floor_us']} us)",
              "  per op: " + ", ".join(f"{k} {v['bytes_per_us']} B/us (error {record['per_op_error'].get(k)})"
                                       for k, v in record["per_op"].items())]
     return "\n".join(lines)
@@ -255,10 +268,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
     p.add_argument("--out", default="calibration.json", help="JSON file to write (default calibration.json)")
     p.add_argument("--quick", action="store_true", help="few small sizes (a smoke run)")
+    p.add_argument("--refit", metavar="JSON", default=None,
+                   help="measure nothing: recompute the constants from the samples of an earlier record")
 
 
 def run(args: argparse.Namespace) -> int:
-    record = calibrate(args.device, quick=args.quick)
+    if args.refit:
+        old = json.loads(Path(args.refit).read_text())
+        launch = {k: v for k, v in old.items() if k.startswith("launch_us_") or k == "inductor_kernels"}
+        record = fit_record(old["samples"], launch, {k: old[k] for k in ("date", "device", "torch")})
+        record["refit_from"] = {k: old.get(k) for k in ("launch_us", "bytes_per_us", "gpu_floor_us")}
+    else:
+        record = calibrate(args.device, quick=args.quick)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(record, indent=1))
     print(summary(record))

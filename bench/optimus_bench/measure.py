@@ -204,6 +204,17 @@ def _metric_totals(name: str) -> float | None:
     return float(sum(compilation_time_metrics.get(name, []) or [0.0]))
 
 
+_COUNTER_NOISE = ("fxgraph_", "aot_autograd_", "async_compile", "autotune")
+
+
+def _inductor_counters() -> dict[str, int]:
+    """``counters["inductor"]`` now: Inductor's own passes, the built-in Optimus passes (one count per
+    rewrite, under their option names, e.g. ``batch_linear``, ``scmerge_split_removed``) and more."""
+    from torch._dynamo.utils import counters
+
+    return {k: int(v) for k, v in counters["inductor"].items()}
+
+
 def _cudagraph_skips() -> int:
     """Graphs Inductor has compiled without CUDA graphs so far (``counters["inductor"]["cudagraph_skips"]``;
     run with ``TORCH_LOGS=cudagraphs`` for the reasons)."""
@@ -318,7 +329,8 @@ def run_cell(case: BenchCase, mode: str, strategy: Strategy, device: str, ref: d
     ``ms`` (median ms per iteration), ``ms_min``, ``examples_per_s``, ``peak_mem_mib`` (CUDA only:
     peak allocated during the timed iterations), ``kernels`` (and ``launches`` on CUDA), ``outputs_match``,
     ``grads_match`` (train), ``max_abs_diff``, ``max_rel_l2``, ``mismatch`` (text), ``cudagraph_skips``
-    (CUDA-graph strategies: graphs that Inductor compiled without CUDA graphs), and the optimizer's report fields
+    (CUDA-graph strategies: graphs that Inductor compiled without CUDA graphs), ``inductor_counters`` (what
+    ``counters["inductor"]`` gained during the compile: which built-in Optimus passes fired, and how often), and the optimizer's report fields
     (``egraph_nodes``, ``egraph_classes``, ``iterations``, ``stop_reasons``, ``patterns_fired``,
     ``fx_nodes_before``/``fx_nodes_after``, ``cost_before_us``/``cost_after_us`` (the cost model's
     estimates), ``graphs``, ``fallback``).
@@ -340,6 +352,7 @@ def run_cell(case: BenchCase, mode: str, strategy: Strategy, device: str, ref: d
             step = _step_fn(module, fn, case, mode, strategy.cudagraphs and device == "cuda")
             inductor_before = _metric_totals("compile_fx_inner")
             skips_before = _cudagraph_skips()
+            counters_before = _inductor_counters()
             log(f"first call ({'compile' if strategy.compiles else 'eager'}) ...")
             t0 = time.perf_counter()
             with exact_float32():
@@ -354,6 +367,11 @@ def run_cell(case: BenchCase, mode: str, strategy: Strategy, device: str, ref: d
             res.update(_reports_summary(list(optimus_eq.last_reports)))
             if strategy.cudagraphs:
                 res["cudagraph_skips"] = _cudagraph_skips() - skips_before
+            if strategy.compiles:
+                after = _inductor_counters()
+                res["inductor_counters"] = {k: v - counters_before.get(k, 0) for k, v in sorted(after.items())
+                                            if v != counters_before.get(k, 0)
+                                            and not k.startswith(_COUNTER_NOISE)}
             if strategy.compiles:
                 res["other_compile_s"] = max(0.0, res["compile_s"] - res.get("optimizer_s", 0.0)
                                              - (res.get("inductor_s") or 0.0))
