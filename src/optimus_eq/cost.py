@@ -11,9 +11,19 @@ cost(e-node) = kernels * launch_us + bytes / bytes_per_us   (microseconds)
 * ``Apply`` of a pure op is one kernel writing its output, reading its inputs;
 * opaque terms are forced into every plan, so their cost does not matter (0).
 
-Bytes are ``numel * 4`` (the e-graph does not carry dtypes; fp32 assumed). The constants below are
-initial values for an H200 (launch latency of a few microseconds, a few TB/s of HBM bandwidth); they are
-data, to be calibrated by measurement (bench/), not tuned by hand in code.
+Bytes are ``numel * 4`` (the e-graph does not carry dtypes; fp32 assumed).
+
+The default constants are measured, not tuned: ``optimus-eq calibrate`` on an NVIDIA H200 (torch 2.11,
+Triton 3.6; bench/results/h200_matrix_2026-11-29/calibration.json, bench/optimus_bench/calibrate.py):
+
+* ``launch_us = 23.3``: the marginal cost of one more Triton kernel in an Inductor-compiled graph run
+  without CUDA graphs (a kernel's launch plus its output buffer). The same H200 bench matrix gives 24 us per
+  kernel removed in training steps and 8-9 us in inference (the slope of ms over kernels across strategies
+  on DHEN and launch_bound); inside a CUDA graph one kernel costs 2.3 us.
+* ``bytes_per_us = 4.0e6`` (4.0 TB/s): the median of per-op bandwidth fits (cat, add, relu, layer_norm).
+
+Measure another device with ``optimus-eq calibrate --out cal.json`` and pass
+``cost_model=GPUCostModel.from_calibration("cal.json")``.
 """
 
 from __future__ import annotations
@@ -29,8 +39,8 @@ FREE = frozenset(["Cons", "Nil", "ACons", "ANil", "Leaf"])
 class GPUCostModel:
     """Constants of the cost model. Units: microseconds, bytes."""
 
-    launch_us: float = 4.0
-    bytes_per_us: float = 3.0e6
+    launch_us: float = 23.3
+    bytes_per_us: float = 4.0e6
     view_us: float = 1e-3
     itemsize: int = 4
 
