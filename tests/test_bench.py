@@ -265,3 +265,46 @@ def test_cli_smoke_cpu(tmp_path):
     else:
         for png in output.PLOTS:
             assert (out / png).stat().st_size > 1000
+
+
+def _results(cells, strategies=("inductor", "inductor-optimus", "greedy", "eqsat"), modes=("train",)):
+    models = sorted({c["model"] for c in cells})
+    return {"config": {"models": models, "strategies": list(strategies), "modes": list(modes)}, "cells": cells}
+
+
+def _c(model, strategy, status="ok", kernels=10, rel=0.0, grad_rel=None, mode="train", ms=1.0):
+    return {"model": model, "mode": mode, "strategy": strategy, "status": status, "kernels": kernels,
+            "ms": ms, "max_rel_l2": rel, "max_grad_rel_l2": grad_rel}
+
+
+def test_as_inductor_marks_only_mismatches_no_worse_than_plain_inductor():
+    cells = [_c("cnn", "inductor", "mismatch", rel=1e-5, grad_rel=1.8e-2),
+             _c("cnn", "greedy", "mismatch", rel=1e-5, grad_rel=1.9e-2),     # as Inductor
+             _c("cnn", "eqsat", "mismatch", rel=1e-5, grad_rel=9e-2),        # 5x Inductor's: ours
+             _c("cnn", "inductor-optimus", "ok", grad_rel=0.0),
+             _c("rec", "inductor", "ok", grad_rel=0.0),
+             _c("rec", "greedy", "mismatch", rel=0.5, grad_rel=0.0)]         # Inductor matched: ours
+    r = _results(cells)
+    marked = {(c["model"], c["strategy"]) for c in cells if output.as_inductor(r, c)}
+    assert marked == {("cnn", "greedy")}
+    md = output.markdown({**r, "environment": {}, "strategies": {s: {"description": s} for s in
+                                                                r["config"]["strategies"]},
+                          "kernel_note": "", "config": {**r["config"], "device": "cuda", "size": "gpu",
+                                                        "dtype": "float32", "iters": 1, "warmup": 0}})
+    assert "cnn/train/greedy (mismatch, as plain Inductor)" in md
+    assert "cnn/train/eqsat (mismatch):" in md and "rec/train/greedy (mismatch):" in md
+
+
+def test_gaps_rank_both_directions_and_skip_unusable_rows():
+    cells = [_c("a", "inductor-optimus", kernels=81), _c("a", "greedy", kernels=17), _c("a", "eqsat", kernels=20),
+             _c("b", "inductor-optimus", kernels=100), _c("b", "greedy", kernels=150),
+             _c("c", "inductor-optimus", kernels=50), _c("c", "eqsat", kernels=50),
+             _c("d", "inductor-optimus", kernels=5), _c("d", "greedy", "mismatch", kernels=1, rel=1.0),
+             _c("e", "inductor-optimus", "not_run", kernels=None), _c("e", "greedy", kernels=3)]
+    gaps = output.gaps(_results(cells))
+    assert [(g["model"], g["ours"], g["ours_strategy"]) for g in gaps] == [("a", 17, "greedy"), ("b", 150, "greedy"),
+                                                                           ("c", 50, "eqsat")]
+    assert gaps[1]["ratio"] < 1 < gaps[0]["ratio"] and gaps[2]["ratio"] == 1
+    lines = output.headline(_results(cells))
+    assert lines[0] == "| model | mode | inductor | inductor-optimus | greedy | eqsat |"
+    assert "| e | train |  | - | 3 k, 1.00 ms |  |" in lines
