@@ -13,7 +13,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-import networkx as nx
 import torch
 
 from optimus_eq.cost import GPUCostModel
@@ -124,7 +123,7 @@ def fuse_round(egraph, patterns: Sequence, ctx: HorizontalContext, destructive: 
         ctx.alloc = IdAlloc(ctx.tr.rows)
     view, choice, outputs, contiguous = plan_of(egraph, ctx)
     plan = PlanGraph(view, choice, ctx.tr, outputs, contiguous)
-    if not nx.is_directed_acyclic_graph(plan.g):
+    if not plan.acyclic():
         # a plan whose kept FX nodes cannot keep their order: lowering rejects it anyway; fuse nothing
         return 0
     writer = RowWriter(ctx.tr, view, choice, ctx.alloc)
