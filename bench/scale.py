@@ -182,7 +182,8 @@ def markdown(records: list[dict]) -> str:
     for r in records:
         t = r.get("times", {})
         note = r.get("error") or r.get("fallback") or r.get("run_error") or ""
-        cells = [r["size"], r["strategy"], r.get("pattern_set", "default"), f"{r.get('num_fields', '?')}x{r.get('layers', '?')}",
+        cells = [r["size"], r["strategy"], r.get("pattern_set", "default"),
+                 f"{r.get('num_fields', '?')}x{r.get('layers', '?')}",
                  _fmt(r.get("build_s")), _fmt(r.get("fake_prop_s")), _fmt(r.get("nodes_in")),
                  _fmt(r.get("nodes_out")), _fmt(r.get("warmup_s"), 3), *[_fmt(t.get(p), 3) for p in PHASES], _fmt(r.get("wall_s"), 3),
                  _fmt(r.get("egraph_nodes")), _fmt(r.get("egraph_classes")), _fmt(r.get("iterations")),

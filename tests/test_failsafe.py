@@ -254,7 +254,8 @@ def _count_extract(monkeypatch, fail_on: int | None = None) -> list:
 ])
 def test_egraph_is_extracted_once_per_state(monkeypatch, strategy, patterns, fusing, extractions):
     if patterns == "split_cat":
-        patterns = [n for n, levels, kind in optimus_eq.list_patterns() if "pre_grad" in levels and kind != "horizontal"]
+        patterns = [n for n, levels, kind in optimus_eq.list_patterns()
+                    if "pre_grad" in levels and kind != "horizontal"]
     fn, xs = (_tanh6, [rand(3, 4, seed=i) for i in range(6)]) if fusing else (model, [rand(3, 6)])
     calls = _count_extract(monkeypatch)
     c = check(fn, xs, strategy, source="fx", patterns=patterns)

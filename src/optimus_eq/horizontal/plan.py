@@ -27,7 +27,6 @@ candidate.
 from __future__ import annotations
 
 import bisect
-from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
