@@ -21,7 +21,9 @@ process (so a blow-up can be timed out and peak memory is per case):
    (``warmup_s``: the one-time cost of a process's first optimization: importing scipy's sparse
    graph routines and HiGHS, compiling the egglog rule program; skipped with ``--cold``);
 3. ``optimus_eq.optimize(gm, example_inputs, strategy=s, patterns=...)`` ``--repeats`` times (timed: ``wall_s`` is the
-   fastest repeat, ``walls_s`` all of them, plus the fastest repeat's per-phase ``times`` in seconds);
+   fastest repeat, ``walls_s`` all of them, plus the fastest repeat's per-phase ``times`` in seconds;
+   ``cpu_s``: the least CPU time of this process over the repeats, steadier than wall time when other
+   jobs share the cores);
 4. run the optimized module eagerly on the example batch (B=8) and compare to
    the original graph's eager output with ``torch.allclose``.
 
@@ -94,8 +96,9 @@ def run_case(size: int, strategy: str, repeats: int = 1, warmup: bool = True,
         optimus_eq.optimize(small, small_inputs, strategy=strategy, patterns=patterns)
         rec["warmup_s"] = time.perf_counter() - t0
 
-    walls, best = [], None
+    walls, cpus, best = [], [], None
     for _ in range(max(1, repeats)):
+        c0 = time.process_time()
         t0 = time.perf_counter()
         try:
             gm2, rep = optimus_eq.optimize(gm, inputs, strategy=strategy, patterns=patterns)
@@ -103,10 +106,12 @@ def run_case(size: int, strategy: str, repeats: int = 1, warmup: bool = True,
             rec.update(wall_s=time.perf_counter() - t0, error=f"{type(e).__name__}: {e}"[:500])
             return rec
         walls.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
         if best is None or walls[-1] < best[0]:
             best = (walls[-1], gm2, rep)
     rec["wall_s"], gm2, rep = best
     rec["walls_s"] = walls
+    rec["cpu_s"], rec["cpus_s"] = min(cpus), cpus  # CPU seconds of this process: steadier on a shared machine
 
     rec.update(
         nodes_in=rep.nodes_before, nodes_out=rep.nodes_after,
@@ -176,7 +181,7 @@ def _cost(r: dict) -> str:
 def markdown(records: list[dict]) -> str:
     """One row per (size, strategy, pattern set): FX nodes, phase seconds, e-graph size, checks."""
     hdr = ["size", "strategy", "patterns", "N x L", "build s", "fakeprop s", "nodes in", "nodes out", "warm-up s",
-           *[f"{p} s" for p in PHASES], "wall s", "e-nodes", "e-classes", "iters", "stop", "extractor", "cost us",
+           *[f"{p} s" for p in PHASES], "wall s", "cpu s", "e-nodes", "e-classes", "iters", "stop", "extractor", "cost us",
            "allclose", "RSS MiB", "note"]
     rows = ["| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
     for r in records:
@@ -185,7 +190,8 @@ def markdown(records: list[dict]) -> str:
         cells = [r["size"], r["strategy"], r.get("pattern_set", "default"),
                  f"{r.get('num_fields', '?')}x{r.get('layers', '?')}",
                  _fmt(r.get("build_s")), _fmt(r.get("fake_prop_s")), _fmt(r.get("nodes_in")),
-                 _fmt(r.get("nodes_out")), _fmt(r.get("warmup_s"), 3), *[_fmt(t.get(p), 3) for p in PHASES], _fmt(r.get("wall_s"), 3),
+                 _fmt(r.get("nodes_out")), _fmt(r.get("warmup_s"), 3), *[_fmt(t.get(p), 3) for p in PHASES],
+                 _fmt(r.get("wall_s"), 3), _fmt(r.get("cpu_s"), 3),
                  _fmt(r.get("egraph_nodes")), _fmt(r.get("egraph_classes")), _fmt(r.get("iterations")),
                  _fmt(r.get("stop_reason")), _fmt(r.get("extractor")),
                  _cost(r), _fmt(r.get("allclose")), _fmt(r.get("peak_rss_mib"), 0),
