@@ -3,9 +3,15 @@
 Usage::
 
     python bench/scale.py [--sizes 1000 5000 20000 50000] [--strategies greedy eqsat]
+                          [--pattern-sets default split_cat]
                           [--out bench/results/scale_cpu.json] [--timeout 1800] [--repeats 3] [--cold]
 
-For each target size (FX nodes) and strategy this runs, in a fresh child
+Pattern sets (``--pattern-sets``, one column of the table each): ``default`` is every pre-grad pattern
+(what ``optimize`` uses when ``patterns`` is left out: the split/cat family plus horizontal fusion);
+``split_cat`` is the pre-grad patterns that are not horizontal (the split/cat family and its view and
+pointwise algebra), so the cost of horizontal fusion is the difference of the two rows.
+
+For each target size (FX nodes), strategy and pattern set this runs, in a fresh child
 process (so a blow-up can be timed out and peak memory is per case):
 
 1. build the graph with ``synthetic.make_graph_of_size`` (timed apart:
@@ -14,8 +20,10 @@ process (so a blow-up can be timed out and peak memory is per case):
 2. warm up: optimize a small synthetic graph (about 200 nodes) once with the same strategy
    (``warmup_s``: the one-time cost of a process's first optimization: importing scipy's sparse
    graph routines and HiGHS, compiling the egglog rule program; skipped with ``--cold``);
-3. ``optimus_eq.optimize(gm, example_inputs, strategy=s)`` ``--repeats`` times (timed: ``wall_s`` is the
-   fastest repeat, ``walls_s`` all of them, plus the fastest repeat's per-phase ``times`` in seconds);
+3. ``optimus_eq.optimize(gm, example_inputs, strategy=s, patterns=...)`` ``--repeats`` times (timed: ``wall_s`` is the
+   fastest repeat, ``walls_s`` all of them, plus the fastest repeat's per-phase ``times`` in seconds;
+   ``cpu_s``: the least CPU time of this process over the repeats, steadier than wall time when other
+   jobs share the cores);
 4. run the optimized module eagerly on the example batch (B=8) and compare to
    the original graph's eager output with ``torch.allclose``.
 
@@ -43,6 +51,24 @@ for p in (HERE, ROOT / "src", ROOT / "bridge"):  # run from a checkout without p
 
 MARK = "@@SCALE_RESULT@@"
 PHASES = ("translate", "search", "extract", "lower", "total")
+PATTERN_SETS = ("default", "split_cat")
+
+
+def pattern_names(pattern_set: str) -> list[str] | None:
+    """The ``patterns`` argument of ``optimize`` for a pattern set: None (every pre-grad pattern) for
+    ``default``; the pre-grad patterns whose kind is not ``horizontal`` for ``split_cat``.
+
+    Raises:
+        ValueError: for an unknown pattern set name.
+    """
+    import optimus_eq
+
+    if pattern_set == "default":
+        return None
+    if pattern_set == "split_cat":
+        return [name for name, levels, kind in optimus_eq.list_patterns()
+                if "pre_grad" in levels and kind != "horizontal"]
+    raise ValueError(f"unknown pattern set {pattern_set!r}; valid: {PATTERN_SETS}")
 
 
 def _first_tensor(out):
@@ -50,36 +76,42 @@ def _first_tensor(out):
     return out[0] if isinstance(out, (tuple, list)) else out
 
 
-def run_case(size: int, strategy: str, repeats: int = 1, warmup: bool = True) -> dict:
-    """Build one graph, optimize it with one strategy (fastest of ``repeats``) and return a flat record."""
+def run_case(size: int, strategy: str, repeats: int = 1, warmup: bool = True,
+             pattern_set: str = "default") -> dict:
+    """Build one graph, optimize it with one strategy and pattern set (fastest of ``repeats``) and return a
+    flat record."""
     import torch
     import optimus_eq
     from synthetic import make_graph_of_size, make_rec_graph
 
     torch.manual_seed(0)
+    patterns = pattern_names(pattern_set)
     gm, inputs, meta = make_graph_of_size(size)
-    rec = dict(size=size, strategy=strategy, **meta)
+    rec = dict(size=size, strategy=strategy, pattern_set=pattern_set, **meta)
     with torch.no_grad():
         ref = _first_tensor(gm(*inputs)).clone()
     if warmup:
         small, small_inputs = make_rec_graph(num_fields=8, layers=8)
         t0 = time.perf_counter()
-        optimus_eq.optimize(small, small_inputs, strategy=strategy)
+        optimus_eq.optimize(small, small_inputs, strategy=strategy, patterns=patterns)
         rec["warmup_s"] = time.perf_counter() - t0
 
-    walls, best = [], None
+    walls, cpus, best = [], [], None
     for _ in range(max(1, repeats)):
+        c0 = time.process_time()
         t0 = time.perf_counter()
         try:
-            gm2, rep = optimus_eq.optimize(gm, inputs, strategy=strategy)
+            gm2, rep = optimus_eq.optimize(gm, inputs, strategy=strategy, patterns=patterns)
         except Exception as e:  # record and keep the sweep going
             rec.update(wall_s=time.perf_counter() - t0, error=f"{type(e).__name__}: {e}"[:500])
             return rec
         walls.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
         if best is None or walls[-1] < best[0]:
             best = (walls[-1], gm2, rep)
     rec["wall_s"], gm2, rep = best
     rec["walls_s"] = walls
+    rec["cpu_s"], rec["cpus_s"] = min(cpus), cpus  # CPU seconds of this process: steadier on a shared machine
 
     rec.update(
         nodes_in=rep.nodes_before, nodes_out=rep.nodes_after,
@@ -103,15 +135,17 @@ def run_case(size: int, strategy: str, repeats: int = 1, warmup: bool = True) ->
     return rec
 
 
-def _child(size: int, strategy: str, repeats: int, warmup: bool) -> None:
-    rec = run_case(size, strategy, repeats, warmup)
+def _child(size: int, strategy: str, repeats: int, warmup: bool, pattern_set: str) -> None:
+    rec = run_case(size, strategy, repeats, warmup, pattern_set)
     rec["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(MARK + json.dumps(rec), flush=True)
 
 
-def spawn(size: int, strategy: str, timeout: float, repeats: int = 1, warmup: bool = True) -> dict:
+def spawn(size: int, strategy: str, timeout: float, repeats: int = 1, warmup: bool = True,
+          pattern_set: str = "default") -> dict:
     """Run one case in a child python; returns its record or an error record."""
-    cmd = [sys.executable, __file__, "--one", str(size), strategy, "--repeats", str(repeats)]
+    cmd = [sys.executable, __file__, "--one", str(size), strategy, "--repeats", str(repeats),
+           "--pattern-sets", pattern_set]
     if not warmup:
         cmd.append("--cold")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
@@ -120,12 +154,13 @@ def spawn(size: int, strategy: str, timeout: float, repeats: int = 1, warmup: bo
     try:
         cp = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
-        return dict(size=size, strategy=strategy, error=f"timeout after {timeout:.0f}s")
+        return dict(size=size, strategy=strategy, pattern_set=pattern_set, error=f"timeout after {timeout:.0f}s")
     for line in cp.stdout.splitlines():
         if line.startswith(MARK):
             return json.loads(line[len(MARK):])
     tail = (cp.stderr or cp.stdout).strip().splitlines()[-5:]
-    return dict(size=size, strategy=strategy, error=f"child rc={cp.returncode}: " + " | ".join(tail),
+    return dict(size=size, strategy=strategy, pattern_set=pattern_set,
+                error=f"child rc={cp.returncode}: " + " | ".join(tail),
                 wall_s=time.perf_counter() - t0)
 
 
@@ -144,17 +179,19 @@ def _cost(r: dict) -> str:
 
 
 def markdown(records: list[dict]) -> str:
-    """One row per (size, strategy): FX nodes, phase seconds, e-graph size, checks."""
-    hdr = ["size", "strategy", "N x L", "build s", "fakeprop s", "nodes in", "nodes out", "warm-up s",
-           *[f"{p} s" for p in PHASES], "wall s", "e-nodes", "e-classes", "iters", "stop", "extractor", "cost us",
+    """One row per (size, strategy, pattern set): FX nodes, phase seconds, e-graph size, checks."""
+    hdr = ["size", "strategy", "patterns", "N x L", "build s", "fakeprop s", "nodes in", "nodes out", "warm-up s",
+           *[f"{p} s" for p in PHASES], "wall s", "cpu s", "e-nodes", "e-classes", "iters", "stop", "extractor", "cost us",
            "allclose", "RSS MiB", "note"]
     rows = ["| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
     for r in records:
         t = r.get("times", {})
         note = r.get("error") or r.get("fallback") or r.get("run_error") or ""
-        cells = [r["size"], r["strategy"], f"{r.get('num_fields', '?')}x{r.get('layers', '?')}",
+        cells = [r["size"], r["strategy"], r.get("pattern_set", "default"),
+                 f"{r.get('num_fields', '?')}x{r.get('layers', '?')}",
                  _fmt(r.get("build_s")), _fmt(r.get("fake_prop_s")), _fmt(r.get("nodes_in")),
-                 _fmt(r.get("nodes_out")), _fmt(r.get("warmup_s"), 3), *[_fmt(t.get(p), 3) for p in PHASES], _fmt(r.get("wall_s"), 3),
+                 _fmt(r.get("nodes_out")), _fmt(r.get("warmup_s"), 3), *[_fmt(t.get(p), 3) for p in PHASES],
+                 _fmt(r.get("wall_s"), 3), _fmt(r.get("cpu_s"), 3),
                  _fmt(r.get("egraph_nodes")), _fmt(r.get("egraph_classes")), _fmt(r.get("iterations")),
                  _fmt(r.get("stop_reason")), _fmt(r.get("extractor")),
                  _cost(r), _fmt(r.get("allclose")), _fmt(r.get("peak_rss_mib"), 0),
@@ -167,6 +204,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description="optimus-eq optimizer speed at scale")
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 5000, 20000, 50000])
     ap.add_argument("--strategies", nargs="+", default=["greedy", "eqsat"])
+    ap.add_argument("--pattern-sets", nargs="+", default=["default"], choices=PATTERN_SETS,
+                    help="default: every pre-grad pattern (split/cat family + horizontal fusion); split_cat: "
+                         "the pre-grad patterns that are not horizontal. Give both to measure them side by side "
+                         "in one run: --pattern-sets default split_cat")
     ap.add_argument("--out", default=str(HERE / "results" / "scale_cpu.json"))
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per (size, strategy) child")
     ap.add_argument("--repeats", type=int, default=3, help="optimizations per case; the fastest is reported")
@@ -175,18 +216,18 @@ def main() -> None:
     ap.add_argument("--one", nargs=2, metavar=("SIZE", "STRATEGY"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        return _child(int(args.one[0]), args.one[1], args.repeats, not args.cold)
+        return _child(int(args.one[0]), args.one[1], args.repeats, not args.cold, args.pattern_sets[0])
 
     from tqdm import tqdm
 
-    cases = [(n, s) for n in args.sizes for s in args.strategies]
+    cases = [(n, s, ps) for n in args.sizes for s in args.strategies for ps in args.pattern_sets]
     records = []
     bar = tqdm(cases, unit="case")
-    for size, strat in bar:
-        bar.set_description(f"{size} nodes / {strat}")
-        records.append(spawn(size, strat, args.timeout, args.repeats, not args.cold))
+    for size, strat, ps in bar:
+        bar.set_description(f"{size} nodes / {strat} / {ps}")
+        records.append(spawn(size, strat, args.timeout, args.repeats, not args.cold, ps))
         r = records[-1]
-        bar.write(f"{size:>6} {strat:<7} wall={_fmt(r.get('wall_s'), 2)}s out={_fmt(r.get('nodes_out'))} "
+        bar.write(f"{size:>6} {strat:<7} {ps:<9} wall={_fmt(r.get('wall_s'), 2)}s out={_fmt(r.get('nodes_out'))} "
                   f"allclose={_fmt(r.get('allclose'))} {r.get('error') or r.get('fallback') or ''}")
 
     import importlib.metadata as md

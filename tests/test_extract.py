@@ -402,6 +402,19 @@ REAL = {"split_tanh_cat": (_split_tanh_cat, [(4, 9)]), "two_cats": (_two_cats, [
         "eight_blocks": (lambda x: EightBlocks()(x), [(4, 8)])}
 
 
+_LIVE: list = []  # the e-graphs real_egraph made (closed when this module's tests are done)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_real_egraphs():
+    """A live EGraph holds its pattern set's template e-graph (optimus_eq.egraph): give the cached ones back
+    after this module, or a later test that expects to borrow the template (tests/test_egraph.py) fails."""
+    yield
+    real_egraph.cache_clear()
+    while _LIVE:
+        _LIVE.pop().close()
+
+
 @functools.lru_cache(maxsize=None)
 def real_egraph(name: str, strategy: str = "eqsat"):
     """The e-graph of ``REAL[name]`` after the search of ``strategy`` (greedy's has subsumed e-nodes), and
@@ -418,6 +431,7 @@ def real_egraph(name: str, strategy: str = "eqsat"):
     search = {"eqsat": saturate, "greedy": optimus_greedy}[strategy]
     patterns = DEFAULT_REGISTRY.select(None, "pre_grad")
     egraph = EGraph(patterns, subsume=search.SUBSUME)
+    _LIVE.append(egraph)
     egraph.insert(tr.rows)
     search.search(egraph, patterns, Limits())
     return egraph, tr

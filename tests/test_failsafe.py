@@ -221,3 +221,60 @@ def test_optimize_twice_is_stable(strategy_):
     assert r1.fallback is None and r2.fallback is None
     assert r2.nodes_after <= r1.nodes_after
     torch.testing.assert_close(gm3(x)[0], model(x))
+
+
+# -- one e-graph read and extraction per e-graph state ---------------------------------------------------
+
+def _tanh6(a, b, c, d, e, g):
+    """Six independent tanh ops: batch_tanh's default min_fuse_set_size (5) is reached, so a group forms."""
+    return [t.tanh() * (i + 1) for i, t in enumerate((a, b, c, d, e, g))]
+
+
+def _count_extract(monkeypatch, fail_on: int | None = None) -> list:
+    """Wrap ``optimus_eq.api.extract`` (every read of ``optimize``, the horizontal round's included): count
+    its calls, and raise Boom on call number ``fail_on`` (1-based)."""
+    import optimus_eq.api
+
+    real, calls = optimus_eq.api.extract, []
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs.get("method"))
+        if fail_on is not None and len(calls) == fail_on:
+            raise Boom("injected failure 1234")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(optimus_eq.api, "extract", counted)
+    return calls
+
+
+@pytest.mark.parametrize("patterns,fusing,extractions", [
+    (None, False, {"eqsat": 1, "greedy": 2}),   # eqsat: no group, nothing changed: the round's plan is final
+    (None, True, {"eqsat": 2, "greedy": 2}),    # a fused alternative changed the e-graph: extract again
+    ("split_cat", False, {"eqsat": 1, "greedy": 1}),  # no horizontal pattern: no round
+])
+def test_egraph_is_extracted_once_per_state(monkeypatch, strategy, patterns, fusing, extractions):
+    if patterns == "split_cat":
+        patterns = [n for n, levels, kind in optimus_eq.list_patterns()
+                    if "pre_grad" in levels and kind != "horizontal"]
+    fn, xs = (_tanh6, [rand(3, 4, seed=i) for i in range(6)]) if fusing else (model, [rand(3, 6)])
+    calls = _count_extract(monkeypatch)
+    c = check(fn, xs, strategy, source="fx", patterns=patterns)
+    assert c.report.fallback is None
+    assert len(calls) == extractions[strategy], calls
+    assert ("batch_tanh" in c.report.patterns_fired) == fusing
+    assert c.report.times["extract"] > 0 and c.report.times["search"] > 0
+
+
+@pytest.mark.parametrize("fail_on", [1, 2])
+def test_failure_in_any_extraction_reports_the_extract_phase(monkeypatch, strategy, fail_on):
+    """The horizontal round's extraction (call 1) and the final one (call 2) both count as the extract
+    phase: either failing falls back with one warning naming it."""
+    xs = [rand(3, 4, seed=i) for i in range(6)]
+    gm, ex = dynamo_graph(_tanh6, *xs)
+    _count_extract(monkeypatch, fail_on=fail_on)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gm2, report = optimus_eq.optimize(gm, ex, strategy=strategy)
+    ours = _ours(caught)
+    assert len(ours) == 1 and "extract failed" in str(ours[0].message) and "1234" in str(ours[0].message)
+    assert gm2 is gm and report.fallback.startswith("extract failed")

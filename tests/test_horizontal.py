@@ -194,6 +194,10 @@ def test_linear_lhs_narrow_outputs_keep_eager_strides(strategy):
 @pytest.mark.parametrize("affine", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_batch_layernorm(strategy, affine, dtype):
+    # weights and the gradient check's random output weights come from the global generator: seed it, so
+    # the bf16 gradient comparison does not depend on which tests ran before (it did: one element of 144
+    # beyond bf16's tolerance after other tests drew more random numbers)
+    torch.manual_seed(1)
     lns = [torch.nn.LayerNorm(8, elementwise_affine=affine).to(dtype) for _ in range(6)]
     if affine:
         for ln in lns:

@@ -115,6 +115,28 @@ def test_meta_matches_fake_tensor_prop_synthetic(strategy, monkeypatch):
     assert_meta_like_fake_tensor_prop(gm2, gm)
 
 
+def test_meta_of_reshape_copies(strategy, monkeypatch):
+    """Batched pointwise ops (min_fuse_set_size 2) end in ``reshape(permute(op(stack)))``: a reshape that must
+    copy, whose meta takes the fast path (a new contiguous tensor); reshapes that are views keep
+    FakeTensorProp's path. Both must give FakeTensorProp's meta."""
+    import optimus_bridge.lower as lower
+    from synthetic import make_rec_graph
+
+    fast = []
+    orig = lower._fast_reshape_copy
+    monkeypatch.setattr(lower, "_fast_reshape_copy", lambda *a: fast.append(orig(*a)) or fast[-1])
+    gm, inputs = make_rec_graph(num_fields=8, layers=4)
+    options = {p: {"min_fuse_set_size": 2} for p in ("batch_tanh", "batch_relu", "batch_sigmoid")}
+    gm2, report = optimus_eq.optimize(gm, inputs, strategy=strategy, pattern_options=options)
+    assert report.fallback is None
+    copies = sum(v is not None for v in fast)
+    if strategy == "greedy":  # eqsat keeps the full-width ops: nothing batched, no reshape to copy
+        assert report.patterns_fired["batch_tanh"] > 0 and copies > 0, (copies, dict(report.ops_after))
+    assert_meta_like_fake_tensor_prop(gm2, gm)
+    with torch.no_grad():
+        torch.testing.assert_close(gm2(*inputs)[0], gm(*inputs)[0])
+
+
 def test_meta_of_stack_and_bf16_cat(strategy):
     def f(x, y):
         p = torch.split(x, 2, dim=0)

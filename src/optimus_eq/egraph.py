@@ -139,6 +139,9 @@ class EGraph:
             program.append(f"(ruleset {ruleset_name(p)})")
             program.extend(r.to_egglog(ruleset_name(p), subsume) for r in p.rules)
         self._depth = [1]
+        #: bumped by every call that may change the e-graph (insert, a run that changed it, push, pop):
+        #: two reads at the same version see the same e-graph (callers cache extractions by it)
+        self.version = 0
         self.egraph, give_back = _lend("\n".join(program), self._depth)
         self._close = weakref.finalize(self, give_back) if give_back is not None else None
 
@@ -160,6 +163,7 @@ class EGraph:
         The rows go through egglog's ``input`` command (tab-separated files in a temporary folder),
         then one pass of the ``load`` rules builds every term at once.
         """
+        self.version += 1
         with tempfile.TemporaryDirectory(prefix="optimus_eq_") as tmp:
             commands = []
             for relation, table in rows.items():
@@ -177,6 +181,7 @@ class EGraph:
         """Save the e-graph's state (egglog ``push``); :meth:`pop` returns to it."""
         self.egraph.run_program(eb.Push(1))
         self._depth[0] += 1
+        self.version += 1
 
     def pop(self) -> None:
         """Return to the state of the last :meth:`push` (egglog ``pop``), forgetting that snapshot.
@@ -188,6 +193,7 @@ class EGraph:
             raise RuntimeError("EGraph.pop without a matching push")
         self.egraph.run_program(eb.Pop(_SPAN, 1))
         self._depth[0] -= 1
+        self.version += 1
 
     def size(self) -> int:
         """Number of term e-nodes (rows of the term constructors)."""
@@ -205,6 +211,8 @@ class EGraph:
             changed |= bool(report.updated)
             for name, n in report.num_matches_per_rule.items():
                 result.rule_matches[name] += n
+        if changed:
+            self.version += 1
         return changed
 
     def saturate(self, schedule: str, limits: Limits, result: SearchResult) -> SearchResult:

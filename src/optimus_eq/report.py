@@ -25,7 +25,9 @@ class Report:
             every original term, each paid once (two FX nodes computing one value are paid twice, as the
             input graph computes both). None for ``"none"``.
         cost_after: the cost model's estimate (microseconds) of the extracted plan (DAG cost).
-        times: seconds per phase: ``translate``, ``search``, ``extract``, ``lower``, ``total``.
+        times: seconds per phase: ``translate``, ``search``, ``extract``, ``lower``, ``total``. ``extract``
+            is every read and extraction of the e-graph, the horizontal rounds' plans included (they run
+            inside the search; ``search`` is the rest of it: rules, group analysis, insertion).
         fallback: the cause when the original graph was returned because something failed.
         left_opaque: FX nodes kept verbatim (outside the vocabulary, symbolic sizes, mutation).
     """

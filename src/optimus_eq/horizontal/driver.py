@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
-import networkx as nx
 import torch
 
 from optimus_eq.cost import GPUCostModel
@@ -43,6 +42,10 @@ class HorizontalContext:
         options: pattern name -> option overrides (``min_fuse_set_size``, ...).
         fired: pattern name -> groups fused (greedy) or fused alternatives added (eqsat).
         members: pattern name -> ops in those groups.
+        plan: ``egraph -> (EGraphView, Extraction)``, the caller's reading and extraction of the e-graph
+            (``optimize`` passes one that is cached by :attr:`optimus_eq.egraph.EGraph.version`, so that
+            when a round adds nothing and no rule fires afterwards, the final extraction is this
+            round's); None: read and extract here with the options above.
     """
 
     tr: object
@@ -54,6 +57,7 @@ class HorizontalContext:
     fired: Counter = field(default_factory=Counter)
     members: Counter = field(default_factory=Counter)
     alloc: IdAlloc | None = None
+    plan: Callable | None = None
 
 
 def pattern_options(pattern, overrides: dict) -> dict:
@@ -75,18 +79,26 @@ def pattern_options(pattern, overrides: dict) -> dict:
 
 
 def plan_of(egraph, ctx: HorizontalContext):
-    """Extract the current best plan: ``(view, choice, output classes, eager contiguity per class)``."""
-    from optimus_eq.extract import EGraphView, extract
+    """Extract the current best plan: ``(view, choice, output classes, eager contiguity per class)``.
 
+    Raises:
+        RuntimeError: when the e-graph holds facts no sound rule derives (``EGraphView.inconsistent``) or
+            some root has no acyclic plan (from :func:`optimus_eq.extract.extract`).
+    """
     tr = ctx.tr
-    view = EGraphView.from_egraph(egraph)
-    if view.inconsistent:
-        raise RuntimeError(f"inconsistent e-graph before horizontal fusion ({view.inconsistent[0]})")
-    roots = list(dict.fromkeys(view.node_of[tr.node_id[n]] for n in dict.fromkeys(tr.roots)))
-    forced = {nid for nid, en in view.nodes.items()
-              if en.op in ("Leaf", "Apply") and en.literals and en.literals[0] in tr.opaque_keys}
-    ex = extract(view, roots, forced, ctx.cost_model, method=ctx.extractor, seconds=ctx.ilp_seconds,
-                 ilp_max_nodes=ctx.ilp_max_nodes)
+    if ctx.plan is not None:
+        view, ex = ctx.plan(egraph)
+    else:
+        from optimus_eq.extract import EGraphView, extract
+
+        view = EGraphView.from_egraph(egraph)
+        if view.inconsistent:
+            raise RuntimeError(f"inconsistent e-graph before horizontal fusion ({view.inconsistent[0]})")
+        roots = list(dict.fromkeys(view.node_of[tr.node_id[n]] for n in dict.fromkeys(tr.roots)))
+        forced = {nid for nid, en in view.nodes.items()
+                  if en.op in ("Leaf", "Apply") and en.literals and en.literals[0] in tr.opaque_keys}
+        ex = extract(view, roots, forced, ctx.cost_model, method=ctx.extractor, seconds=ctx.ilp_seconds,
+                     ilp_max_nodes=ctx.ilp_max_nodes)
     out_node = next(n for n in reversed(tr.gm.graph.nodes) if n.op == "output")
     outputs = {view.node_of[tr.node_id[a]] for a in out_node.all_input_nodes if a in tr.node_id}
     contiguous: dict = {}
@@ -111,7 +123,7 @@ def fuse_round(egraph, patterns: Sequence, ctx: HorizontalContext, destructive: 
         ctx.alloc = IdAlloc(ctx.tr.rows)
     view, choice, outputs, contiguous = plan_of(egraph, ctx)
     plan = PlanGraph(view, choice, ctx.tr, outputs, contiguous)
-    if not nx.is_directed_acyclic_graph(plan.g):
+    if not plan.acyclic():
         # a plan whose kept FX nodes cannot keep their order: lowering rejects it anyway; fuse nothing
         return 0
     writer = RowWriter(ctx.tr, view, choice, ctx.alloc)

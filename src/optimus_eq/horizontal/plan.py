@@ -27,7 +27,6 @@ candidate.
 from __future__ import annotations
 
 import bisect
-from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -100,6 +99,7 @@ class PlanGraph:
         self._pos: dict | None = None   # topological positions (see _positions)
         self._seq: list = []
         self._keys: list = []
+        self._op_classes: list | None = None
         nodes = view.nodes
         for c, nid in choice.items():
             en = nodes[nid]
@@ -178,69 +178,85 @@ class PlanGraph:
         return m
 
     # -- groups --------------------------------------------------------------------------------------
+    def op_classes(self) -> list:
+        """The classes of the plan whose op may be a member (:meth:`member` is not None), in graph order.
+        Fused ops added later are never members, so the list is computed once."""
+        if self._op_classes is None:
+            self._op_classes = [c for c in self.g if not isinstance(c, tuple) and self.member(c) is not None]
+        return self._op_classes
+
     def groups(self, group_key: Callable, options: dict, fused: set) -> Iterator[list[Member]]:
         """Yield groups to fuse, Optimus' way (module docstring). The caller must call :meth:`fused_op`
         for each group it fuses before asking for the next one."""
         depth = options["max_fuse_search_depth"]
+        lo = options["min_fuse_set_size"]
+        any_strides = getattr(group_key, "any_strides", False)
+        wants_options = getattr(group_key, "wants_options", False)
+        # the group key of every op that has one; the rest (views, lists, opaque ops, ops of other patterns,
+        # keys of None) are absent: not candidates, and the search goes past them
         keys: dict = {}
-
-        def key_of(c):
-            if c not in keys:
-                m = self.member(c)
-                k = None
-                # fused outputs are contiguous; keep eager's strides where they were not (unless the key
-                # function says strides do not matter to it: ``any_strides``)
-                if m is not None and (m.eager_contiguous or getattr(group_key, "any_strides", False)):
-                    try:
-                        k = group_key(m, options) if getattr(group_key, "wants_options", False) else group_key(m)
-                    except Exception:  # a user's key function failed on this op: leave it alone
-                        k = None
+        for c in self.op_classes():
+            m = self._members[c]
+            k = None
+            # fused outputs are contiguous; keep eager's strides where they were not (unless the key
+            # function says strides do not matter to it: ``any_strides``)
+            if m.eager_contiguous or any_strides:
+                try:
+                    k = group_key(m, options) if wants_options else group_key(m)
+                except Exception:  # a user's key function failed on this op: leave it alone
+                    k = None
+            if k is not None:
                 keys[c] = k
-            return keys[c]
 
         # only keys with enough candidates matter, and only roots within reach of such candidates
         count: dict = {}
-        for c in self.g:
-            k = None if c in fused else key_of(c)
-            if k is not None:
+        for c, k in keys.items():
+            if c not in fused:
                 count[k] = count.get(k, 0) + 1
-        viable = {k for k, n in count.items() if n >= options["min_fuse_set_size"]}
+        viable = {k for k, n in count.items() if n >= lo}
         if not viable:
             return
-        near = {c for c in self.g if c not in fused and keys.get(c) in viable}
+        succ, pred = self.g._succ, self.g._pred  # networkx's adjacency dicts (read only; no view objects)
+        near = {c for c, k in keys.items() if k in viable and c not in fused}
         frontier = list(near)
         for _ in range(depth if depth is not None else len(self.g)):
-            frontier = [s for c in frontier for s in self.g.successors(c) if s not in near]
+            frontier = list(dict.fromkeys(s for c in frontier for s in succ[c] if s not in near))
             if not frontier:
                 break
             near.update(frontier)
         # a root with one input finds a subset of what that input finds (plus the input itself, a group of
         # one): searching from join points (two or more inputs) and the output finds the same groups
         self._positions()
-        indeg = self.g.in_degree
         # (that input is a group of one: rewrites of one op, min_fuse_set_size 1, search from every value)
-        single = options["min_fuse_set_size"] <= 1
-        roots = [c for c in reversed(self._seq) if c in near and (single or indeg(c) >= 2)]
+        single = lo <= 1
+        roots = [c for c in reversed(self._seq) if c in near and (single or len(pred[c]) >= 2)]
         for root in roots:
+            # breadth-first over inputs, level by level, up to ``depth`` hops; an op with a group key is a
+            # match (collected when its key is viable) and the search does not go past it
             found: dict = {}
             seen = {root}
-            queue = deque((1, p) for p in self.g.predecessors(root))
-            seen.update(p for _, p in queue)
-            while queue:
-                d, c = queue.popleft()
-                if c in fused:
-                    continue
-                k = key_of(c)
-                if k is not None:
-                    if k in viable:
-                        found.setdefault(k, []).append(c)
-                elif depth is None or d < depth:
-                    for p in self.g.predecessors(c):
-                        if p not in seen:
-                            seen.add(p)
-                            queue.append((d + 1, p))
+            level = [p for p in pred[root]]
+            seen.update(level)
+            d = 1
+            while level:
+                nxt = []
+                go_on = depth is None or d < depth
+                for c in level:
+                    if c in fused:
+                        continue
+                    k = keys.get(c)
+                    if k is not None:
+                        if k in viable:
+                            found.setdefault(k, []).append(c)
+                    elif go_on:
+                        for p in pred[c]:
+                            if p not in seen:
+                                seen.add(p)
+                                nxt.append(p)
+                level = nxt
+                d += 1
             for k, cands in found.items():
-                if len(cands) < options["min_fuse_set_size"]:
+                if len(cands) < lo:
                     continue
                 yield from self._independent_subsets(cands, options, fused)
 
@@ -261,8 +277,20 @@ class PlanGraph:
             remaining = [c for c in rest if c not in fused]
 
     # -- topological positions, kept up to date as fused ops are added ----------------------------------
+    def acyclic(self) -> bool:
+        """Whether the plan's graph (order edges included) has no cycle; its topological order is kept."""
+        try:
+            self._positions()
+        except nx.NetworkXUnfeasible:
+            return False
+        return True
+
     def _positions(self) -> dict:
-        """Node -> position in a topological order (floats; fused ops get positions between others)."""
+        """Node -> position in a topological order (floats; fused ops get positions between others).
+
+        Raises:
+            networkx.NetworkXUnfeasible: when the graph has a cycle.
+        """
         if self._pos is None:
             self._seq = list(nx.topological_sort(self.g))
             self._pos = {v: float(i) for i, v in enumerate(self._seq)}
@@ -277,7 +305,7 @@ class PlanGraph:
         first = bisect.bisect_left(self._keys, pos[cands[0]])
         last = bisect.bisect_right(self._keys, pos[cands[-1]])
         anc: dict = {}
-        pred = self.g.pred
+        pred = self.g._pred  # networkx's adjacency dict (read only)
         for v in self._seq[first:last]:
             a = 0
             for u in pred[v]:
