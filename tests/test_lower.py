@@ -285,3 +285,31 @@ def test_restrided_outputs_through_inductor():
     torch.testing.assert_close(yo.grad, yr.grad)
     assert counters["optimus_eq"]["fallback"] == 0
     assert optimus_eq.last_reports[-1].ops_after.get("new_empty_strided", 0) >= 1
+
+
+def test_squeezed_dims():
+    from optimus_bridge.lower import squeezed_dims
+
+    assert squeezed_dims((4, 3, 1), (4, 3)) == (2,)
+    assert squeezed_dims((1, 4, 1, 3), (4, 3)) == (0, 2)
+    assert squeezed_dims((4, 1, 3), (4, 3, 1)) is None   # same rank: not a squeeze
+    assert squeezed_dims((4, 6), (24,)) is None           # a flatten
+    assert squeezed_dims((4, 2, 3), (4, 3)) is None        # drops a dim of size 2
+    assert squeezed_dims(None, (4,)) is None
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
+def test_squeeze_is_lowered_as_squeeze(strategy):
+    """A reshape term that only drops unit dims comes back as ``torch.squeeze``, not ``torch.reshape``:
+    AOTAutograd traces the two differently (backward: unsqueeze against view) and CPU Inductor fused the
+    reshape spelling worse in DLRM's cross net (``bmm(experts, gating).squeeze(2)``)."""
+    from conftest import check
+
+    def f(x, g):
+        a, b = torch.split(x, 2, 1)
+        y = torch.cat([a, b], 1)  # junk, so that the graph is rewritten and lowered from terms
+        return torch.bmm(y, g).squeeze(2).relu()
+
+    c = check(f, [torch.randn(3, 4, 2), torch.randn(3, 2, 1)], strategy)
+    targets = [n.target for n in c.gm2.graph.nodes]
+    assert torch.squeeze in targets and torch.reshape not in targets, c.gm2.code

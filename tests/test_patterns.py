@@ -390,10 +390,35 @@ def mutate_cat_case(draw) -> Case:
     return Case(fn, [_x(shape, dtype, seed)], f"{kind} sizes={sizes}[{i}] dim={dd}")
 
 
+@st.composite
+def split_of_cat_case(draw) -> Case:
+    rank, shape, dtype, seed = _common(draw)
+    d = draw(st.integers(0, rank - 1))
+    dd = _neg(draw, d, rank)
+    k = draw(st.integers(2, 4))
+    stack = draw(st.booleans())  # DLRM's KeyedTensor: cat, split per feature, stack with another tensor
+    sizes = [draw(st.integers(1, 4))] * k if stack else [draw(st.integers(1, 4)) for _ in range(k)]
+    c = draw(st.integers(-rank - 1, rank))  # the stack's dim
+    xs = [_x(shape[:d] + [m] + shape[d + 1:], dtype, seed + i) for i, m in enumerate(sizes)]
+
+    def body(y, xs):
+        pieces = torch.split(torch.cat(xs, dd), sizes, dd)
+        if stack:
+            return torch.stack([y] + [pieces[i] for i in range(k)], c) * 2  # indexed: fx cannot unpack
+        return tuple(pieces[i] * (i + 2) for i in range(k))
+
+    fn = {2: lambda y, a, b: body(y, [a, b]), 3: lambda y, a, b, e: body(y, [a, b, e]),  # fx: one
+          4: lambda y, a, b, e, g: body(y, [a, b, e, g])}[k]                            # placeholder each
+
+    return Case(fn, [_x(shape[:d] + [sizes[0]] + shape[d + 1:], dtype, seed + k), *xs],
+                f"sizes={sizes} dim={dd} stack={stack} at {c}")
+
+
 CASES = {
     "normalization_pass": normalization_case,
     "remove_split_with_size_one_pass": remove_split_with_size_one_case,
     "merge_splits_pass": merge_splits_case,
+    "split_of_cat_pass": split_of_cat_case,
     "fold_view_chain": fold_view_chain_case,
     "move_reshape_out_of_split_stack_pass": move_reshape_out_of_split_stack_case,
     "pointwise_through_slice": pointwise_through_slice_case,
@@ -492,3 +517,42 @@ def test_split_unit_reshape_cat_folds_to_view(strategy):
 
     r = check(f, [torch.randn(2, 12)], strategy).report
     assert junk_after(r) == 0, dict(r.ops_after)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_keyed_tensor_split_stack_reads_the_bags(strategy):
+    """DLRM's interaction input (bench/optimus_bench/models/dlrm.py): pooled embeddings concatenated,
+    split per feature and stacked with the bottom MLP's output. The stack must read the EmbeddingBag
+    outputs themselves, with no cat or split left. Before split_of_cat_pass it became a cat of the bags
+    plus a cat of d with a view of it: one copy more per step, and on CPU Inductor one kernel more in
+    the forward (the cat of the bags is no longer inlined into the stack)."""
+    from conftest import dynamo_graph
+
+    torch.manual_seed(0)
+    bags = torch.nn.ModuleList(torch.nn.EmbeddingBag(50, 4, mode="sum") for _ in range(6))
+    bottom = torch.nn.Linear(5, 4)
+
+    def f(dense, sparse):
+        d = bottom(dense)
+        pooled = torch.cat([bag(sparse[:, i]) for i, bag in enumerate(bags)], dim=1)
+        t = torch.stack([d, *torch.split(pooled, 4, dim=1)], dim=1)
+        return torch.bmm(t, t.transpose(1, 2))
+
+    dense, sparse = torch.randn(3, 5), torch.randint(0, 50, (3, 6, 2))
+    check(f, [dense, sparse], strategy)  # outputs and the dense input's gradient equal eager
+    gm, ex = dynamo_graph(f, dense, sparse)
+    gm2, report = optimus_eq.optimize(gm, ex, strategy=strategy)
+    assert report.patterns_fired["split_of_cat_pass"] >= 6, dict(report.patterns_fired)  # eqsat: more
+    targets = [n.target for n in gm2.graph.nodes]
+    assert torch.cat not in targets and torch.functional.split not in targets and torch.split not in targets, \
+        gm2.code
+    (stack,) = [n for n in gm2.graph.nodes if n.target is torch.stack]
+    assert ["embedding_bag" in str(a.target) for a in stack.args[0]] == [False] + [True] * 6, gm2.code
+    # every parameter's gradient (the bags' weights through the stack's backward) equals eager's
+    params = [p for p in ex if isinstance(p, torch.nn.Parameter)]
+    assert len(params) == 8
+    w = torch.randn(3, 7, 7)
+    expected = torch.autograd.grad((gm(*ex)[0] * w).sum(), params)
+    actual = torch.autograd.grad((gm2(*ex)[0] * w).sum(), params)
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a, e)

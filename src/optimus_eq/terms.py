@@ -39,6 +39,9 @@ Analyses (run with every pattern, see :data:`ANALYSIS_RULES`):
   and the list after that run. Computed with pointer jumping (O(log n) iterations, O(n log n) rows),
   keyed by (base, dim, start) so narrows of one tensor at other offsets never merge by mistake
   (../shared/EGGLOG_NOTES.md: pairwise merging of n-ary cats creates 2^(n-1) e-nodes; runs do not).
+* ``(CatOffset L C d o)``: for a list ``L`` that some narrow along ``d`` reads as ``Narrow(Cat(L), d, ..)``,
+  the cell ``C`` of ``L`` starts at offset ``o`` along ``d``. Seeded only by narrowed cats, so a cat of n
+  inputs costs n rows, and a narrow finds the input it starts at by an equality join on ``o``.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ SCHEMA = """
 (function prefix (IVec i64) i64 :merge old)
 (function RunEnd (TL T i64 i64) i64 :merge (max old new))
 (constructor RunRest (TL T i64 i64 i64) TL)
+(relation CatOffset (TL TL i64 i64))
 (ruleset analysis)
 """ + "".join(f"(relation Vec{k}In ({' '.join(['i64'] * (k + 1))}))\n" for k in range(9)) + """
 (function VecOf (i64) IVec :merge old)
@@ -165,6 +169,10 @@ ANALYSIS_RULES = """
     f":ruleset analysis :name \"shape/permute{r}\")\n"
     for r in range(1, MAX_RANK + 1)
 ) + """
+(rule ((= t (Narrow (Cat L) d s l n))) ((CatOffset L L d 0))
+      :ruleset analysis :name "catoffset/seed")
+(rule ((CatOffset L (Cons d x R) d o) (= shx (shape x))) ((CatOffset L R d (+ o (vec-get shx d))))
+      :ruleset analysis :name "catoffset/step")
 (rule ((= L (Cons d (Narrow x d s l n) R)))
       ((set (RunEnd L x d s) (+ s l)) (union (RunRest L x d s (+ s l)) R))
       :ruleset analysis :name "run/head")

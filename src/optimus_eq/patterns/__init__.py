@@ -17,6 +17,7 @@ for _p in (
     *horizontal.PATTERNS,
     split_cat.remove_split_with_size_one_pass,
     split_cat.merge_splits_pass,
+    split_cat.split_of_cat_pass,
     *views.PATTERNS,
     *pointwise.PATTERNS,
     split_cat.unbind_stack_to_slices_pass,

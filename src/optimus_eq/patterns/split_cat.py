@@ -75,6 +75,30 @@ merge_splits_pass = Pattern(
     """,
 )
 
+split_of_cat_pass = Pattern(
+    name="split_of_cat_pass",
+    levels=("pre_grad",),
+    kind="vertical",
+    rules=(
+        Rule("split_of_cat/whole_input", "(Narrow (Cat L) d s l n)", "x",
+             ("(CatOffset L (Cons d x R) d s)", "(= shx (shape x))", "(= l (vec-get shx d))")),
+    ),
+    doc="""A split piece of a cat that is exactly one of the cat's inputs is that input (no pass of
+    upstream Optimus; Inductor's pointwise cat lowering gets the same effect when the cat has at most
+    ``max_pointwise_cat_inputs`` inputs, by inlining the cat into its readers).
+
+    p = torch.cat([a, b, c], 1); x, y, z = torch.split(p, [2, 3, 4], 1)  =>  x, y, z = a, b, c
+    torch.stack([d, *torch.split(torch.cat(bags, 1), D, 1)], 1)  =>  torch.stack([d, *bags], 1)
+    (DLRM's KeyedTensor: pooled embeddings concatenated, then split per feature. Without this rule
+    the stack became a cat of d and a view of the pooled cat: two copies where one suffices)
+    A piece that straddles two inputs, or covers part of one, is left alone. The input is found by the
+    ``CatOffset`` analysis (:mod:`optimus_eq.terms`): n rows per narrowed cat of n inputs.
+    Pre-grad only: in a backward graph the gradient of a cat is split, and those pieces are graph
+    outputs whose strides Inductor has fixed (views of the cat); the post-grad lowering cannot re-stride
+    an output, so the rewrite would make the whole graph fall back.
+    """,
+)
+
 unbind_stack_pass = Pattern(
     name="unbind_stack_pass",
     levels=("pre_grad",),
@@ -248,6 +272,7 @@ PATTERNS = (
     normalization_pass,
     remove_split_with_size_one_pass,
     merge_splits_pass,
+    split_of_cat_pass,
     unbind_stack_pass,
     unbind_stack_to_slices_pass,
     split_stack_to_cats_pass,
