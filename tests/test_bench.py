@@ -308,3 +308,31 @@ def test_gaps_rank_both_directions_and_skip_unusable_rows():
     lines = output.headline(_results(cells))
     assert lines[0] == "| model | mode | inductor | inductor-optimus | greedy | eqsat |"
     assert "| e | train |  | - | 3 k, 1.00 ms |  |" in lines
+
+
+def test_post_strategies_optimize_both_levels():
+    """``eqsat-post`` runs ours before AOTAutograd and as Inductor's post-grad pass (forward and backward)."""
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            a, b = torch.split(x, 4, dim=1)
+            return torch.relu(self.lin(torch.cat([b, a], 1))).sum()
+
+    (strat,) = strategies.resolve(["eqsat-post"])
+    assert strat.backend_options == {"post_grad": True}
+    torch._dynamo.reset()
+    optimus_eq.last_reports.clear()
+    m, x = M(), torch.randn(4, 8)
+    out = strat.compile(m)(x)
+    out.backward()
+    ref_m = M()
+    ref_m.load_state_dict(m.state_dict())
+    ref = ref_m(x)
+    ref.backward()
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(m.lin.weight.grad, ref_m.lin.weight.grad)
+    levels = [r.level for r in optimus_eq.last_reports]
+    assert "pre_grad" in levels and levels.count("post_grad") >= 2  # forward and backward graphs

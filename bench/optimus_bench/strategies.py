@@ -12,9 +12,10 @@ inductor-optimus          ``torch.compile(m, options=...)`` with every Optimus o
                           torch on: all ``pre_grad_fusion_options`` and ``post_grad_fusion_options``
                           registered by torch/_inductor/fx_passes/group_batch_fusion.py and split_cat.py
 <s>                       ``torch.compile(m, backend=optimus_eq.backend(strategy=s))`` for every s in
-                          ``optimus_eq.STRATEGIES`` (today none, greedy, eqsat; taso and tensat once
-                          they are registered there)
+                          ``optimus_eq.STRATEGIES`` (none, greedy, eqsat, taso, tensat)
 <s>-cudagraphs            the same with ``mode="reduce-overhead"`` passed through to Inductor
+greedy-post, eqsat-post   ``optimus_eq.backend(strategy=s, post_grad=True)``: also the Aten-IR forward and
+                          backward graphs, as Inductor's post-grad pass (both levels, as inductor-optimus)
 ========================  =====================================================================
 
 The ``optimus_eq`` names are read from ``optimus_eq.STRATEGIES`` when :func:`available` is called, so a
@@ -50,6 +51,7 @@ class Strategy:
         mode: torch.compile ``mode`` (``None`` or ``"reduce-overhead"``).
         optimus_strategy: the ``optimus_eq`` search strategy (kind ``"optimus_eq"`` only).
         inductor_options: Inductor config options (``torch.compile(options=...)``).
+        backend_options: keyword arguments of ``optimus_eq.backend`` (``{"post_grad": True}`` for ``*-post``).
     """
 
     name: str
@@ -58,6 +60,7 @@ class Strategy:
     mode: str | None = None
     optimus_strategy: str | None = None
     inductor_options: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    backend_options: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
     @property
     def cudagraphs(self) -> bool:
@@ -82,7 +85,8 @@ class Strategy:
         import optimus_eq
 
         return torch.compile(module, backend=optimus_eq.backend(strategy=self.optimus_strategy,
-                                                                 **(optimus_options or {})), mode=self.mode,
+                                                                 **{**self.backend_options, **(optimus_options or {})}),
+                             mode=self.mode,
                              options=options)
 
 
@@ -130,6 +134,11 @@ def available() -> dict[str, Strategy]:
         if s != "none":
             out.append(Strategy(f"{s}-cudagraphs", "optimus_eq", f'optimus_eq {s}, then Inductor + CUDA graphs '
                                 '(mode="reduce-overhead" passed through)', mode=CUDAGRAPHS_MODE, optimus_strategy=s))
+    for s in ("greedy", "eqsat"):
+        if s in OURS:  # both levels, like inductor-optimus's pre- and post-grad options
+            out.append(Strategy(f"{s}-post", "optimus_eq", f"optimus_eq {s} on the Torch-IR graph and, as Inductor's "
+                                "post-grad pass, on the Aten-IR forward and backward graphs; then Inductor",
+                                optimus_strategy=s, backend_options={"post_grad": True}))
     return {s.name: s for s in out}
 
 
