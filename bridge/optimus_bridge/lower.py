@@ -346,7 +346,9 @@ def _fix_strides(graph: Graph, old_out: Node, level: "IRLevel") -> list[Node]:
     old, new = _flat_nodes(old_out.args[0]), _flat_nodes(new_out.args[0])
     added = []
     for i, (o, n) in enumerate(zip(old, new)):
-        ov, nv = meta_val(o), meta_val(n) if isinstance(n, Node) else None
+        # None outputs (a backward graph's gradient of an input that needs none) have no meta
+        ov = meta_val(o) if isinstance(o, Node) else None
+        nv = meta_val(n) if isinstance(n, Node) else None
         if not isinstance(ov, torch.Tensor) or not isinstance(nv, torch.Tensor):
             continue
         if tuple(ov.shape) != tuple(nv.shape) or ov.dtype != nv.dtype:
