@@ -7,8 +7,8 @@ the same random inputs. It compares
 * outputs: values (``torch.testing.assert_close``), dtypes, shapes and strides (dims of size 1 excluded:
   their stride is unobservable);
 * inputs after the call (in-place mutations must happen the same way);
-* aliasing: an optimized output may share storage with an input or another output only where eager's
-  does (otherwise mutating a result later would write into the user's tensor);
+* aliasing: an optimized output shares storage with an input or another output exactly where eager's
+  does (otherwise mutating a result later would write into the user's tensor, or no longer would);
 * gradients of every floating input through a random weighted sum of the outputs.
 
 The eager reference is ``fn`` itself for symbolic_trace graphs, and for dynamo graphs the captured graph
@@ -199,6 +199,8 @@ def check(fn: Callable, inputs: Sequence, strategy: str, *, source: str = "dynam
             assert_same_tensor(a, e, f"input {j} after the call")
         extra = alias_pairs(act_flat, opt_in) - alias_pairs(exp_flat, ref_in)
         assert not extra, f"optimized outputs alias where eager's do not: {sorted(extra)}"
+        lost = alias_pairs(exp_flat, ref_in) - alias_pairs(act_flat, opt_in)
+        assert not lost, f"eager's outputs alias where the optimized ones do not: {sorted(lost)}"
         if grad:
             _check_grads(act_flat, exp_flat, opt_in, ref_in)
         result.outputs, result.inputs = act_flat, opt_in

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import STRATEGIES
+from conftest import STRATEGIES, check, rand
 from test_aten import _x, aot_check
 
 
@@ -19,3 +19,28 @@ def test_backward_graph_with_none_gradient_output(strategy):
         return torch.cat([t * j for t, j in zip(a.split(2, 1), i.split(2, 1))], 1)
 
     aot_check(f, [_x((3, 6)), torch.randint(-3, 3, (3, 6))], strategy)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES + ("taso", "tensat"))
+def test_view_of_input_output_after_a_folded_cat_stays_a_view(strategy):
+    """``cat(x.split(3, 1), 1)`` folds to x and gets a copy (eager's cat is new storage); the output after
+    it, ``x[:, 1:]``, was judged to alias that output too and was copied as well: a view of x in eager, a
+    new tensor here (writing into it no longer reached x). Post-grad the same copy had the wrong strides
+    and the graph fell back."""
+
+    def f(x):
+        return torch.cat(x.split(3, 1), 1), x[:, 1:]
+
+    c = check(f, [rand(4, 6)], strategy)
+    x = c.inputs[0]
+    assert c.outputs[1].untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    assert c.outputs[0].untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_view_of_input_output_after_a_folded_cat_post_grad(strategy):
+    def f(x):
+        p = x.split(3, 1)
+        return p[0], torch.cat(p, 1), x[:, 1:], x
+
+    aot_check(f, [_x((4, 6))], strategy)

@@ -269,13 +269,15 @@ def _unalias_outputs(graph: Graph, old_out: Node, level: "IRLevel") -> list[Node
     new_vals = [meta_val(n) if isinstance(n, Node) else None for n in new]
     eager, ours = _aliases(old_vals, old_out.graph), _aliases(new_vals, graph)
     added: list[Node] = []
+    copied: set = set()  # outputs replaced by a copy: fresh storage, which later outputs no longer share
     for i, (o, n) in enumerate(zip(old, new)):
         if not isinstance(old_vals[i], torch.Tensor) or not isinstance(n, Node):
             continue
         lost = {a for a in eager[i] - ours[i] if a[0] == "in"}
         if lost:
             raise LoweringError(f"output {i} is a view of {min(lost)[1]} in eager, a new tensor here")
-        if ours[i] - eager[i]:
+        if ours[i] - eager[i] - copied:
+            copied.add(("out", i))
             with graph.inserting_before(new_out):
                 nodes = _copy_like(graph, n, old_vals[i], level)
             _replace_output_at(new_out, i, nodes[-1])
