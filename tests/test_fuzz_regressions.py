@@ -44,3 +44,37 @@ def test_view_of_input_output_after_a_folded_cat_post_grad(strategy):
         return p[0], torch.cat(p, 1), x[:, 1:], x
 
     aot_check(f, [_x((4, 6))], strategy)
+
+
+
+def test_taso_drops_states_whose_destructive_steps_left_no_term():
+    """taso applied pointwise_through_slice first (relu(narrow(x, 0, 0, 2)) -> narrow(relu(x), ...), the
+    left side subsumed), then remove_split_with_size_one (narrow(x, 0, 0, 2) -> x): the subsumed e-node is
+    then relu(x) itself, and relu(x)'s class had no e-node left. The objective raised and the whole search
+    fell back ("no acyclic term"); such a state is now dropped."""
+
+    def f(x):
+        a, b = torch.split(x, [2, 0], 0)
+        return torch.relu(a), b
+
+    c = check(f, [rand(2, 3)], "taso", source="fx")
+    assert c.report.ops_after.get("split", 0) == 0
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES + ("taso", "tensat"))
+@pytest.mark.parametrize("case", ["head_op", "split_of_op"])
+def test_tuple_output_built_by_an_opaque_op(strategy, case):
+    """``(relu(p[0]),) + p[1:]`` in a symbolic_trace graph is an ``operator.add`` of tuples (kept verbatim,
+    not a tensor). Nothing made the classes it reads extraction roots, so lowering found no e-node chosen
+    for relu's class (KeyError) and fell back; same for the tensor a whole split tuple is taken from."""
+
+    if case == "head_op":
+        def f(x):
+            p = torch.split(x, [1, 1], 0)
+            return (torch.relu(p[0]),) + p[1:]
+    else:
+        def f(x):
+            p = torch.tanh(x).split(1, 0)
+            return p[1:] + (x,)
+
+    check(f, [rand(2, 3)], strategy, source="fx")
