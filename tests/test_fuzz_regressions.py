@@ -78,3 +78,30 @@ def test_tuple_output_built_by_an_opaque_op(strategy, case):
             return p[1:] + (x,)
 
     check(f, [rand(2, 3)], strategy, source="fx")
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES + ("tensat",))
+def test_cat_of_zero_size_selects_of_one_tensor(strategy):
+    """Zero-size members of a batch_clamp group, concatenated: each select became a zero-length narrow of
+    one view, and the run analysis' pointer jump with no progress (end e2 == e) joined two different list
+    rests, so the cat's list became the empty list and lowering failed (IndexError) on ``Cat(Nil)``."""
+
+    def f(x):
+        v = torch.stack([x], 2)
+        return torch.cat([v.clamp(-0.3, 0.4), v.relu().clamp(-0.3, 0.4)], 3)
+
+    check(f, [rand(3, 4, 0, 2)], strategy, source="fx", pattern_options={"batch_clamp": {"min_fuse_set_size": 2}})
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_zero_length_pieces_inside_a_run_still_fold(strategy):
+    """The jump guard keeps runs across zero-length pieces inside them (a trailing one now stays in the
+    cat: ``cat([z, b, y])`` keeps y)."""
+
+    def f(x):
+        a, z, b, y, c = torch.split(x, [2, 0, 2, 0, 2], 1)
+        return torch.cat([a, z, b, y, c], 1) * 2
+
+    c = check(f, [rand(3, 6)], strategy)
+    assert c.report.ops_after.get("cat", 0) == 0, dict(c.report.ops_after)
+    check(lambda x: torch.cat([x.split([2, 0, 2, 0, 2], 1)[i] for i in (1, 2, 3)], 1) + 1, [rand(3, 6)], strategy)
