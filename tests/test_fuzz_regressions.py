@@ -3,6 +3,8 @@ symptom it had. Differential checks against eager (conftest.check, test_aten.aot
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -105,3 +107,72 @@ def test_zero_length_pieces_inside_a_run_still_fold(strategy):
     c = check(f, [rand(3, 6)], strategy)
     assert c.report.ops_after.get("cat", 0) == 0, dict(c.report.ops_after)
     check(lambda x: torch.cat([x.split([2, 0, 2, 0, 2], 1)[i] for i in (1, 2, 3)], 1) + 1, [rand(3, 6)], strategy)
+
+
+def test_backend_splits_pattern_options_by_level(monkeypatch):
+    """``backend(post_grad=True, pattern_options=...)`` gave the post-grad pass the whole dictionary; its
+    ``optimize`` rejected the pre-grad names (ValueError inside Inductor: the model failed to compile), and
+    the pre-grad ``optimize`` rejected post-grad names. Each level now gets its own patterns' entries."""
+    import optimus_bridge.post_grad as pg
+    import torch._inductor.compile_fx as cfx
+    from torch._dynamo.utils import counters
+
+    import optimus_eq
+
+    made = []
+
+    class Spy(pg.PostGradPass):
+        def __init__(self, strategy="eqsat", **options):
+            made.append(options)
+            super().__init__(strategy, **options)
+
+    monkeypatch.setattr(pg, "PostGradPass", Spy)
+    monkeypatch.setattr(cfx, "compile_fx", lambda gm, example_inputs, config_patches=None, **kw: gm.forward)
+    opts = {"batch_tanh": {"min_fuse_set_size": 2}, "batch_aten_tanh": {"min_fuse_set_size": 3}}
+    be = optimus_eq.backend("greedy", post_grad=True, pattern_options=opts)
+    assert made == [{"pattern_options": {"batch_aten_tanh": {"min_fuse_set_size": 3}}}]
+
+    def f(a, b):
+        return torch.tanh(a) * 2, torch.tanh(b) * 3
+
+    counters.clear()
+    torch._dynamo.reset()
+    xs = [rand(3, 4), rand(3, 4)]
+    for got, want in zip(torch.compile(f, backend=be)(*xs), f(*xs)):
+        torch.testing.assert_close(got, want)
+    assert counters["optimus_eq"]["batch_tanh"] == 1
+    with pytest.raises(ValueError, match="no_such_pattern"):
+        optimus_eq.backend("greedy", post_grad=True, pattern_options={"no_such_pattern": {}})
+
+
+def test_backend_lets_dynamo_restart_analysis_through(monkeypatch):
+    """Under ``dynamic=True`` Inductor raises TensorifyScalarRestartAnalysis for a tensorified float it must
+    specialize (LayerNorm's eps): a request to Dynamo to trace again, not a failure. The backend took it
+    for an Inductor failure, warned, and compiled the original graph, so every such graph lost the
+    optimization."""
+    import torch._inductor.compile_fx as cfx
+    from torch._dynamo.exc import TensorifyScalarRestartAnalysis
+
+    import optimus_eq
+
+    calls = []
+
+    def fake_compile_fx(gm, example_inputs, config_patches=None, **kw):
+        calls.append(gm)
+        if len(calls) == 1:
+            raise TensorifyScalarRestartAnalysis()
+        return gm.forward
+
+    def f(x):
+        return torch.cat([t.tanh() for t in x.split(2, 1)], 1)
+
+    monkeypatch.setattr(cfx, "compile_fx", fake_compile_fx)
+    torch._dynamo.reset()
+    x = rand(3, 4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = torch.compile(f, backend=optimus_eq.backend("greedy"))(x)
+    assert not [w for w in caught if "optimus_eq" in str(w.message)]
+    torch.testing.assert_close(out, f(x))
+    assert len(calls) == 2 and optimus_eq.last_reports[-1].fallback is None
+    assert optimus_eq.last_reports[-1].ops_after.get("cat", 0) == 0  # the retraced graph, optimized
