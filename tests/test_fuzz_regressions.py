@@ -176,3 +176,13 @@ def test_backend_lets_dynamo_restart_analysis_through(monkeypatch):
     torch.testing.assert_close(out, f(x))
     assert len(calls) == 2 and optimus_eq.last_reports[-1].fallback is None
     assert optimus_eq.last_reports[-1].ops_after.get("cat", 0) == 0  # the retraced graph, optimized
+
+
+def test_post_grad_pass_checks_pattern_options_at_construction():
+    import optimus_eq
+
+    with pytest.raises(ValueError, match="batch_linear"):
+        optimus_eq.post_grad_pass("greedy", pattern_options={"batch_linear": {"min_fuse_set_size": 2}})
+    with pytest.raises(ValueError):
+        optimus_eq.post_grad_pass("greedy", pattern_options={"batch_aten_tanh": {"no_such_option": 2}})
+    optimus_eq.post_grad_pass("greedy", pattern_options={"batch_aten_tanh": {"min_fuse_set_size": 2}})
