@@ -259,7 +259,8 @@ def _unalias_outputs(graph: Graph, old_out: Node, level: "IRLevel") -> list[Node
 
     Raises:
         LoweringError: the output structure changed, or an output that eager returns as a view of an input
-            is a new tensor here (a later in-place change of it would no longer reach the input).
+            is a new tensor here (a later in-place change of it would no longer reach the input), or two
+            outputs that overlap in eager (one a view of the other) would not here.
     """
     new_out = next(n for n in reversed(graph.nodes) if n.op == "output")
     old, new = _flat_nodes(old_out.args[0]), _flat_nodes(new_out.args[0])
@@ -282,7 +283,37 @@ def _unalias_outputs(graph: Graph, old_out: Node, level: "IRLevel") -> list[Node
                 nodes = _copy_like(graph, n, old_vals[i], level)
             _replace_output_at(new_out, i, nodes[-1])
             added.extend(nodes)
+    for i in range(len(old)):
+        for k in sorted(a[1] for a in eager[i] if a[0] == "out"):
+            kept = ("out", k) in ours[i] and ("out", k) not in copied and ("out", i) not in copied
+            if not kept and _may_overlap(old_vals[k], old_vals[i]):
+                # eager's output i is a view into output k (``y, y[:, 1:]``): two separate copies would
+                # no longer see each other's in-place changes
+                raise LoweringError(f"output {i} overlaps output {k} in eager; here they would not")
     return added
+
+
+def _may_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Do two tensors of one storage share an element address? Exact for static sizes up to 2**16
+    elements each (the addresses enumerated), else whether their address spans intersect."""
+    if not (_static(a) and _static(b)) or a.numel() == 0 or b.numel() == 0:
+        return not (_static(a) and _static(b))
+
+    def span(t):
+        lo = t.storage_offset() + sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if st < 0)
+        hi = t.storage_offset() + sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if st > 0)
+        return lo, hi
+
+    (alo, ahi), (blo, bhi) = span(a), span(b)
+    if ahi < blo or bhi < alo:
+        return False
+    if a.numel() > 2**16 or b.numel() > 2**16:
+        return True
+    size = max(ahi, bhi) + 1
+    addr = torch.arange(size)
+    pa = torch.as_strided(addr, tuple(a.shape), tuple(a.stride()), a.storage_offset())
+    pb = torch.as_strided(addr, tuple(b.shape), tuple(b.stride()), b.storage_offset())
+    return bool(torch.isin(pa.reshape(-1), pb.reshape(-1)).any())
 
 
 def _flat_nodes(args) -> list:
