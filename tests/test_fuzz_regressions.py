@@ -202,3 +202,27 @@ def test_output_that_is_a_view_of_another_output(strategy):
     y, v = c.outputs
     y.add_(100)
     assert bool((v > 50).all())
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_post_grad_detached_output_next_to_its_base(strategy):
+    """Aten-IR returns ``alias(v)`` (the detach) and ``v`` (saved for an output that is a view of it);
+    ``aten.alias`` is its input, so both outputs became one node, one tensor object: AOTAutograd detached
+    it for the first output and the view output regenerated from it had no gradient ("grad of input 0 is
+    missing"). Outputs that were distinct nodes now stay distinct objects (an alias view)."""
+
+    def f(x):
+        v = torch.stack([x, x], 0)
+        return v.detach(), v[:, 0:7].unsqueeze(-3)
+
+    aot_check(f, [_x((3, 4))], strategy)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_outputs_of_distinct_nodes_stay_distinct_objects(strategy):
+    def f(x):
+        y = torch.tanh(x)
+        return y, y.view(y.shape)
+
+    c = check(f, [rand(3, 4)], strategy, source="fx")
+    assert c.outputs[0] is not c.outputs[1]

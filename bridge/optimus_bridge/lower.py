@@ -63,6 +63,7 @@ class IRLevel:
         clone: ``f(graph, x, memory_format) -> Node``; ``contiguous``: ``f(graph, x) -> Node``.
         restride: ``f(graph, x, shape, strides) -> [Node, ...]``, a copy of x with exactly these strides (for
             outputs whose eager layout is not contiguous), or None: such outputs fall back.
+        alias: ``f(graph, x) -> Node``, a new view of all of x (a distinct tensor object), or None.
     """
 
     views: dict
@@ -74,6 +75,7 @@ class IRLevel:
     clone: Callable
     contiguous: Callable
     restride: Callable | None = None
+    alias: Callable | None = None
 
 
 class LoweringError(RuntimeError):
@@ -198,7 +200,7 @@ class Lowerer:
         self._remove_dead_terms()
         copies = set(self.env.values())
         _propagate_meta(self.graph, self.t.gm, self.t.gm, lambda n: n not in copies)
-        for fix in (_unalias_outputs, _fix_strides):
+        for fix in (_unalias_outputs, _fix_strides, _distinct_outputs):
             added = fix(self.graph, out_node, self.level)
             if added:
                 _propagate_meta(self.graph, self.t.gm, self.t.gm, lambda n: True, only=added)
@@ -290,6 +292,29 @@ def _unalias_outputs(graph: Graph, old_out: Node, level: "IRLevel") -> list[Node
                 # eager's output i is a view into output k (``y, y[:, 1:]``): two separate copies would
                 # no longer see each other's in-place changes
                 raise LoweringError(f"output {i} overlaps output {k} in eager; here they would not")
+    return added
+
+
+def _distinct_outputs(graph: Graph, old_out: Node, level: "IRLevel") -> list[Node]:
+    """Outputs that were different nodes but are now one node (``v.detach()`` and ``v`` of Aten-IR, where
+    ``aten.alias`` is its input) get a view of their own: one tensor object returned twice lets a change of
+    one (AOTAutograd detaches the non-differentiable output) reach the other, which then lost its
+    gradient. Returns the nodes added."""
+    if level.alias is None:
+        return []
+    new_out = next(n for n in reversed(graph.nodes) if n.op == "output")
+    old, new = _flat_nodes(old_out.args[0]), _flat_nodes(new_out.args[0])
+    first: dict = {}
+    added = []
+    for i, (o, n) in enumerate(zip(old, new)):
+        if not isinstance(n, Node) or not isinstance(meta_val(n), torch.Tensor):
+            continue
+        j = first.setdefault(n, i)
+        if j != i and old[j] is not o:
+            with graph.inserting_before(new_out):
+                a = level.alias(graph, n)
+            _replace_output_at(new_out, i, a)
+            added.append(a)
     return added
 
 
@@ -670,4 +695,5 @@ TORCH_IR = IRLevel(
     clone=lambda g, x, fmt: g.call_method("clone", (x,), {"memory_format": fmt}),
     contiguous=lambda g, x: g.call_method("contiguous", (x,)),
     restride=_restride_torch,
+    alias=lambda g, x: g.call_method("view_as", (x, x)),
 )
