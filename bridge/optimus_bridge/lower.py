@@ -334,11 +334,13 @@ def _may_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
     if a.numel() > 2**16 or b.numel() > 2**16:
         return True
-    size = max(ahi, bhi) + 1
-    addr = torch.arange(size)
-    pa = torch.as_strided(addr, tuple(a.shape), tuple(a.stride()), a.storage_offset())
-    pb = torch.as_strided(addr, tuple(b.shape), tuple(b.stride()), b.storage_offset())
-    return bool(torch.isin(pa.reshape(-1), pb.reshape(-1)).any())
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():  # inside Inductor a fake mode is active: these must be real tensors
+        addr = torch.arange(max(ahi, bhi) + 1)
+        pa = torch.as_strided(addr, tuple(a.shape), tuple(a.stride()), a.storage_offset())
+        pb = torch.as_strided(addr, tuple(b.shape), tuple(b.stride()), b.storage_offset())
+        return bool(torch.isin(pa.reshape(-1), pb.reshape(-1)).any())
 
 
 def _flat_nodes(args) -> list:
