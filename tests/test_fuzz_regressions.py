@@ -242,3 +242,26 @@ def test_output_overlap_check_under_fake_mode():
         assert _may_overlap(y, y[:, 1:])
         assert not _may_overlap(y[:, :3], y[:, 3:])  # interleaved spans, no shared element
         assert not _may_overlap(y[:2], y[2:])
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("case", ["restrided", "unaliased"])
+def test_one_output_returned_twice_gets_one_copy(strategy, case):
+    """A fused member returned twice (``return a, b, a``) needed a copy (eager's strides, or to stop
+    aliasing the other member): each position got its own copy, so the two results were no longer one
+    tensor (an in-place change of one no longer showed in the other)."""
+    if case == "restrided":
+        def f(x):
+            u = torch.unbind(x, 1)
+            a, b = torch.relu(u[2]), torch.relu(u[3])
+            return a, b, a
+        xs = [rand(4, 4)]
+    else:
+        def f(x, y):
+            a, b = torch.tanh(x), torch.tanh(y)
+            return a, b, a
+        xs = [rand(4, 4), rand(4, 4, seed=1)]
+
+    c = check(f, xs, strategy, source="fx", pattern_options={"batch_relu": {"min_fuse_set_size": 2},
+                                                             "batch_tanh": {"min_fuse_set_size": 2}})
+    assert c.outputs[0] is c.outputs[2]

@@ -273,17 +273,22 @@ def _unalias_outputs(graph: Graph, old_out: Node, level: "IRLevel") -> list[Node
     eager, ours = _aliases(old_vals, old_out.graph), _aliases(new_vals, graph)
     added: list[Node] = []
     copied: set = set()  # outputs replaced by a copy: fresh storage, which later outputs no longer share
+    made: dict = {}  # (original output node, lowered node) -> its copy
     for i, (o, n) in enumerate(zip(old, new)):
         if not isinstance(old_vals[i], torch.Tensor) or not isinstance(n, Node):
             continue
         lost = {a for a in eager[i] - ours[i] if a[0] == "in"}
         if lost:
             raise LoweringError(f"output {i} is a view of {min(lost)[1]} in eager, a new tensor here")
-        if ours[i] - eager[i] - copied:
+        if (o, n) in made:  # eager returns this one tensor twice: so must we (one copy)
+            copied.add(("out", i))
+            _replace_output_at(new_out, i, made[(o, n)])
+        elif ours[i] - eager[i] - copied:
             copied.add(("out", i))
             with graph.inserting_before(new_out):
                 nodes = _copy_like(graph, n, old_vals[i], level)
             _replace_output_at(new_out, i, nodes[-1])
+            made[(o, n)] = nodes[-1]
             added.extend(nodes)
     for i in range(len(old)):
         for k in sorted(a[1] for a in eager[i] if a[0] == "out"):
@@ -405,6 +410,7 @@ def _fix_strides(graph: Graph, old_out: Node, level: "IRLevel") -> list[Node]:
     new_out = next(n for n in reversed(graph.nodes) if n.op == "output")
     old, new = _flat_nodes(old_out.args[0]), _flat_nodes(new_out.args[0])
     added = []
+    made: dict = {}  # (original output node, lowered node) -> its copy
     for i, (o, n) in enumerate(zip(old, new)):
         # None outputs (a backward graph's gradient of an input that needs none) have no meta
         ov = meta_val(o) if isinstance(o, Node) else None
@@ -417,9 +423,13 @@ def _fix_strides(graph: Graph, old_out: Node, level: "IRLevel") -> list[Node]:
         if ov.numel() > 1 and _observable_strides(ov) != _observable_strides(nv):
             if not ov.is_contiguous() and not _restridable(ov, level):
                 raise LoweringError(f"output {i} strides {nv.stride()} differ from eager's {ov.stride()}")
+            if (o, n) in made:  # eager returns this one tensor twice: so must we (one copy)
+                _replace_output_at(new_out, i, made[(o, n)])
+                continue
             with graph.inserting_before(new_out):
                 nodes = _copy_like(graph, n, ov, level)
             _replace_output_at(new_out, i, nodes[-1])
+            made[(o, n)] = nodes[-1]
             added.extend(nodes)
     return added
 
