@@ -290,7 +290,9 @@ def _unalias_outputs(graph: Graph, old_out: Node, level: "IRLevel") -> list[Node
             _replace_output_at(new_out, i, nodes[-1])
             made[(o, n)] = nodes[-1]
             added.extend(nodes)
-    for i in range(len(old)):
+    # Torch-IR only: an Aten-IR forward graph also returns the tensors saved for backward, which alias the
+    # user's outputs without being visible to the user (AOTAutograd keeps the user's aliasing itself)
+    for i in range(len(old) if level is TORCH_IR else 0):
         for k in sorted(a[1] for a in eager[i] if a[0] == "out"):
             kept = ("out", k) in ours[i] and ("out", k) not in copied and ("out", i) not in copied
             if not kept and _may_overlap(old_vals[k], old_vals[i]):
