@@ -8,7 +8,8 @@ the same random inputs. It compares
   their stride is unobservable);
 * inputs after the call (in-place mutations must happen the same way);
 * aliasing: an optimized output may share storage with an input or another output only where eager's
-  does (otherwise mutating a result later would write into the user's tensor);
+  does (otherwise mutating a result later would write into the user's tensor), and is a view of an input,
+  or overlaps another output, wherever eager's is (otherwise such a write would no longer reach it);
 * gradients of every floating input through a random weighted sum of the outputs.
 
 The eager reference is ``fn`` itself for symbolic_trace graphs, and for dynamo graphs the captured graph
@@ -112,6 +113,12 @@ def _storage(t):
     return t.untyped_storage().data_ptr()
 
 
+def _may_overlap(a, b) -> bool:
+    from optimus_bridge.lower import _may_overlap as overlap
+
+    return overlap(a, b)
+
+
 def alias_pairs(outs: Sequence, ins: Sequence) -> set:
     """{("in", j, i)}: output i shares storage with input j; {("out", k, i)}: with output k < i."""
     pairs = set()
@@ -199,6 +206,11 @@ def check(fn: Callable, inputs: Sequence, strategy: str, *, source: str = "dynam
             assert_same_tensor(a, e, f"input {j} after the call")
         extra = alias_pairs(act_flat, opt_in) - alias_pairs(exp_flat, ref_in)
         assert not extra, f"optimized outputs alias where eager's do not: {sorted(extra)}"
+        # a view of an input overlaps it: a write into the output must still reach the input (two outputs
+        # that share a storage may not overlap, so losing that sharing is not observable)
+        lost = {p for p in alias_pairs(exp_flat, ref_in) - alias_pairs(act_flat, opt_in)
+                if p[0] == "in" or _may_overlap(exp_flat[p[1]], exp_flat[p[2]])}
+        assert not lost, f"eager's outputs are views of inputs or overlap where the optimized ones do not: {sorted(lost)}"
         if grad:
             _check_grads(act_flat, exp_flat, opt_in, ref_in)
         result.outputs, result.inputs = act_flat, opt_in

@@ -117,4 +117,5 @@ ATEN_IR = IRLevel(
     stack=None,
     clone=_clone,
     contiguous=lambda g, x: _clone(g, x, torch.contiguous_format),
+    alias=lambda g, x: g.call_function(aten.alias.default, (x,)),
 )

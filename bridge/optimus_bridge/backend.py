@@ -23,7 +23,9 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
             runs first.
         post_grad_hook: ``"pre"`` (``post_grad_custom_pre_pass``: before Inductor's own post-grad
             passes) or ``"post"`` (``post_grad_custom_post_pass``: after them).
-        post_grad_options: options of the post-grad pass (default: ``options`` without ``patterns``).
+        post_grad_options: options of the post-grad pass (default: ``options`` without ``patterns``, and
+            of ``pattern_options`` the post-grad patterns' entries; the pre-grad ``optimize`` gets the
+            pre-grad ones).
         mode: an Inductor mode (``"reduce-overhead"``, ``"max-autotune"``, ...), expanded with
             ``torch._inductor.list_mode_options``.
         **options: passed to :func:`optimus_eq.optimize` (patterns, limits, extractor,
@@ -47,14 +49,21 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
     if post_grad and not compile:
         raise ValueError("post_grad=True needs compile=True (the post-grad pass runs inside Inductor)")
     _check_options(options)
+    by_level = _pattern_options_by_level(options)
     base_patches = dict(inductor_config or {})
     if post_grad:
         from optimus_bridge.post_grad import PostGradPass, install
 
-        pg_options = post_grad_options if post_grad_options is not None else \
-            {k: v for k, v in options.items() if k != "patterns"}
+        if post_grad_options is not None:
+            pg_options = post_grad_options
+        else:
+            pg_options = {k: v for k, v in options.items() if k != "patterns"}
+            if "pattern_options" in options:
+                pg_options["pattern_options"] = by_level["post_grad"]
         install(base_patches, PostGradPass(strategy, **pg_options), post_grad_hook)
-    default_mode, optimize_options = mode, options
+    default_mode, optimize_options = mode, dict(options)
+    if "pattern_options" in options:
+        optimize_options["pattern_options"] = by_level["pre_grad"]
     _inductor_patches(mode, base_patches)  # an unknown mode fails here, not inside Dynamo
 
     def optimus_eq_backend(gm, example_inputs, mode: str | None = None, options: dict | None = None):
@@ -69,8 +78,15 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
             return optimized.forward
         from torch._inductor.compile_fx import compile_fx
 
+        from torch._dynamo.exc import RestartAnalysis
+
         try:
             return compile_fx(optimized, example_inputs, config_patches=patches)
+        except RestartAnalysis:
+            # not a failure: Inductor asks Dynamo to trace again (TensorifyScalarRestartAnalysis: a float
+            # such as LayerNorm's eps, tensorified under dynamic=True, must be specialized). Compiling the
+            # original graph instead swallowed the request, and every such graph lost the optimization.
+            raise
         except Exception as exc:
             if optimized is gm or report is None:
                 raise
@@ -131,6 +147,26 @@ def _check_options(options: dict) -> None:
     select_patterns(options.get("registry", DEFAULT_REGISTRY), options.get("patterns"), "pre_grad",
                     pre_grad_fusion_options=options.get("pre_grad_fusion_options"),
                     post_grad_fusion_options=options.get("post_grad_fusion_options"))
+
+
+def _pattern_options_by_level(options: dict) -> dict[str, dict]:
+    """``options["pattern_options"]`` split by the level each named pattern is registered at (a pattern of
+    both levels goes to both): one dictionary may hold the options of pre-grad patterns (``batch_linear``)
+    and of post-grad ones (``batch_linear_post_grad``), and each level's ``optimize`` rejects names it
+    does not run.
+
+    Raises:
+        ValueError: for a name registered at no level (the message lists the registered names).
+    """
+    from optimus_eq.api import DEFAULT_REGISTRY
+
+    registry = options.get("registry", DEFAULT_REGISTRY)
+    levels = {p.name: p.levels for p in registry}
+    given = dict(options.get("pattern_options") or {})
+    unknown = [n for n in given if n not in levels]
+    if unknown:
+        raise ValueError(f"pattern_options for unknown pattern(s) {unknown}; registered: {sorted(levels)}")
+    return {level: {n: o for n, o in given.items() if level in levels[n]} for level in ("pre_grad", "post_grad")}
 
 
 def optimus_eq_backend(gm, example_inputs, **kwargs):

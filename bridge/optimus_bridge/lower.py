@@ -68,6 +68,7 @@ class IRLevel:
             traces them (and their backward: unsqueeze against view) differently, and Inductor's fusion
             follows: measured on DLRM's cross net (``bmm(experts, gating).squeeze(2)``), the reshape
             spelling cost CPU Inductor extra kernels per training step.
+        alias: ``f(graph, x) -> Node``, a new view of all of x (a distinct tensor object), or None.
     """
 
     views: dict
@@ -80,6 +81,7 @@ class IRLevel:
     contiguous: Callable
     restride: Callable | None = None
     squeeze: Callable | None = None
+    alias: Callable | None = None
 
 
 def squeezed_dims(src, dst) -> tuple[int, ...] | None:
@@ -226,7 +228,7 @@ class Lowerer:
         self._remove_dead_terms()
         copies = set(self.env.values())
         _propagate_meta(self.graph, self.t.gm, self.t.gm, lambda n: n not in copies)
-        for fix in (_unalias_outputs, _fix_strides):
+        for fix in (_unalias_outputs, _fix_strides, _distinct_outputs):
             added = fix(self.graph, out_node, self.level)
             if added:
                 _propagate_meta(self.graph, self.t.gm, self.t.gm, lambda n: True, only=added)
@@ -287,7 +289,8 @@ def _unalias_outputs(graph: Graph, old_out: Node, level: "IRLevel") -> list[Node
 
     Raises:
         LoweringError: the output structure changed, or an output that eager returns as a view of an input
-            is a new tensor here (a later in-place change of it would no longer reach the input).
+            is a new tensor here (a later in-place change of it would no longer reach the input), or two
+            outputs that overlap in eager (one a view of the other) would not here.
     """
     new_out = next(n for n in reversed(graph.nodes) if n.op == "output")
     old, new = _flat_nodes(old_out.args[0]), _flat_nodes(new_out.args[0])
@@ -297,18 +300,82 @@ def _unalias_outputs(graph: Graph, old_out: Node, level: "IRLevel") -> list[Node
     new_vals = [meta_val(n) if isinstance(n, Node) else None for n in new]
     eager, ours = _aliases(old_vals, old_out.graph), _aliases(new_vals, graph)
     added: list[Node] = []
+    copied: set = set()  # outputs replaced by a copy: fresh storage, which later outputs no longer share
+    made: dict = {}  # (original output node, lowered node) -> its copy
     for i, (o, n) in enumerate(zip(old, new)):
         if not isinstance(old_vals[i], torch.Tensor) or not isinstance(n, Node):
             continue
         lost = {a for a in eager[i] - ours[i] if a[0] == "in"}
         if lost:
             raise LoweringError(f"output {i} is a view of {min(lost)[1]} in eager, a new tensor here")
-        if ours[i] - eager[i]:
+        if (o, n) in made:  # eager returns this one tensor twice: so must we (one copy)
+            copied.add(("out", i))
+            _replace_output_at(new_out, i, made[(o, n)])
+        elif ours[i] - eager[i] - copied:
+            copied.add(("out", i))
             with graph.inserting_before(new_out):
                 nodes = _copy_like(graph, n, old_vals[i], level)
             _replace_output_at(new_out, i, nodes[-1])
+            made[(o, n)] = nodes[-1]
             added.extend(nodes)
+    # Torch-IR only: an Aten-IR forward graph also returns the tensors saved for backward, which alias the
+    # user's outputs without being visible to the user (AOTAutograd keeps the user's aliasing itself)
+    for i in range(len(old) if level is TORCH_IR else 0):
+        for k in sorted(a[1] for a in eager[i] if a[0] == "out"):
+            kept = ("out", k) in ours[i] and ("out", k) not in copied and ("out", i) not in copied
+            if not kept and _may_overlap(old_vals[k], old_vals[i]):
+                # eager's output i is a view into output k (``y, y[:, 1:]``): two separate copies would
+                # no longer see each other's in-place changes
+                raise LoweringError(f"output {i} overlaps output {k} in eager; here they would not")
     return added
+
+
+def _distinct_outputs(graph: Graph, old_out: Node, level: "IRLevel") -> list[Node]:
+    """Outputs that were different nodes but are now one node (``v.detach()`` and ``v`` of Aten-IR, where
+    ``aten.alias`` is its input) get a view of their own: one tensor object returned twice lets a change of
+    one (AOTAutograd detaches the non-differentiable output) reach the other, which then lost its
+    gradient. Returns the nodes added."""
+    if level.alias is None:
+        return []
+    new_out = next(n for n in reversed(graph.nodes) if n.op == "output")
+    old, new = _flat_nodes(old_out.args[0]), _flat_nodes(new_out.args[0])
+    first: dict = {}
+    added = []
+    for i, (o, n) in enumerate(zip(old, new)):
+        if not isinstance(n, Node) or not isinstance(meta_val(n), torch.Tensor):
+            continue
+        j = first.setdefault(n, i)
+        if j != i and old[j] is not o:
+            with graph.inserting_before(new_out):
+                a = level.alias(graph, n)
+            _replace_output_at(new_out, i, a)
+            added.append(a)
+    return added
+
+
+def _may_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Do two tensors of one storage share an element address? Exact for static sizes up to 2**16
+    elements each (the addresses enumerated), else whether their address spans intersect."""
+    if not (_static(a) and _static(b)) or a.numel() == 0 or b.numel() == 0:
+        return not (_static(a) and _static(b))
+
+    def span(t):
+        lo = t.storage_offset() + sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if st < 0)
+        hi = t.storage_offset() + sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if st > 0)
+        return lo, hi
+
+    (alo, ahi), (blo, bhi) = span(a), span(b)
+    if ahi < blo or bhi < alo:
+        return False
+    if a.numel() > 2**16 or b.numel() > 2**16:
+        return True
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():  # inside Inductor a fake mode is active: these must be real tensors
+        addr = torch.arange(max(ahi, bhi) + 1)
+        pa = torch.as_strided(addr, tuple(a.shape), tuple(a.stride()), a.storage_offset())
+        pb = torch.as_strided(addr, tuple(b.shape), tuple(b.stride()), b.storage_offset())
+        return bool(torch.isin(pa.reshape(-1), pb.reshape(-1)).any())
 
 
 def _flat_nodes(args) -> list:
@@ -373,8 +440,11 @@ def _fix_strides(graph: Graph, old_out: Node, level: "IRLevel") -> list[Node]:
     new_out = next(n for n in reversed(graph.nodes) if n.op == "output")
     old, new = _flat_nodes(old_out.args[0]), _flat_nodes(new_out.args[0])
     added = []
+    made: dict = {}  # (original output node, lowered node) -> its copy
     for i, (o, n) in enumerate(zip(old, new)):
-        ov, nv = meta_val(o), meta_val(n) if isinstance(n, Node) else None
+        # None outputs (a backward graph's gradient of an input that needs none) have no meta
+        ov = meta_val(o) if isinstance(o, Node) else None
+        nv = meta_val(n) if isinstance(n, Node) else None
         if not isinstance(ov, torch.Tensor) or not isinstance(nv, torch.Tensor):
             continue
         if tuple(ov.shape) != tuple(nv.shape) or ov.dtype != nv.dtype:
@@ -383,9 +453,13 @@ def _fix_strides(graph: Graph, old_out: Node, level: "IRLevel") -> list[Node]:
         if ov.numel() > 1 and _observable_strides(ov) != _observable_strides(nv):
             if not ov.is_contiguous() and not _restridable(ov, level):
                 raise LoweringError(f"output {i} strides {nv.stride()} differ from eager's {ov.stride()}")
+            if (o, n) in made:  # eager returns this one tensor twice: so must we (one copy)
+                _replace_output_at(new_out, i, made[(o, n)])
+                continue
             with graph.inserting_before(new_out):
                 nodes = _copy_like(graph, n, ov, level)
             _replace_output_at(new_out, i, nodes[-1])
+            made[(o, n)] = nodes[-1]
             added.extend(nodes)
     return added
 
@@ -695,4 +769,5 @@ TORCH_IR = IRLevel(
     clone=lambda g, x, fmt: g.call_method("clone", (x,), {"memory_format": fmt}),
     contiguous=lambda g, x: g.call_method("contiguous", (x,)),
     restride=_restride_torch,
+    alias=lambda g, x: g.call_method("view_as", (x, x)),
 )

@@ -69,7 +69,8 @@ class PostGradPass(CustomGraphPass):
     the graphs seen.
 
     Raises:
-        ValueError: for an unknown strategy or pattern name, at construction.
+        ValueError: for an unknown strategy or pattern name, or ``pattern_options`` of a pattern not chosen
+            (a pre-grad one) or with unknown option names, at construction.
     """
 
     def __init__(self, strategy: str = "eqsat", **options: Any) -> None:
@@ -80,7 +81,14 @@ class PostGradPass(CustomGraphPass):
             raise ValueError(f"unknown strategy {strategy!r}; valid: {STRATEGIES}")
         if "level" in options:
             raise TypeError("PostGradPass always optimizes at level 'post_grad'")
-        options.get("registry", DEFAULT_REGISTRY).select(options.get("patterns"), "post_grad")  # check names
+        from optimus_eq.api import _check_pattern_options
+        from optimus_eq.options import select_patterns
+
+        # names and option dictionaries checked now, not with a ValueError inside Inductor's compile
+        chosen = select_patterns(options.get("registry", DEFAULT_REGISTRY), options.get("patterns"), "post_grad",
+                                 pre_grad_fusion_options=options.get("pre_grad_fusion_options"),
+                                 post_grad_fusion_options=options.get("post_grad_fusion_options"))
+        _check_pattern_options(chosen, dict(options.get("pattern_options") or {}))
         self.strategy, self.options = strategy, options
 
     def __call__(self, graph: Graph) -> None:

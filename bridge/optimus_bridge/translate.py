@@ -320,11 +320,16 @@ class Translator:
             t.roots.append(node)
         else:
             self._deps[node] = deps
+            # copied verbatim, but no forced e-node reads its tensor inputs: extract them as roots (a tuple
+            # ``(relu(p[0]),) + p[1:]`` returned as an output had no e-node chosen for relu's class)
+            t.roots.extend(a for a in node.all_input_nodes if a in t.node_id)
 
     def _keep_tuple(self, node: Node) -> None:
-        """A split/unbind tuple used whole by an opaque op is copied verbatim (its pieces stay terms)."""
+        """A split/unbind tuple used whole by an opaque op is copied verbatim (its pieces stay terms); the
+        tensor it splits is extracted as a root, since lowering copies the split with it."""
         self.t.kept.append(node)
         self._deps[node] = [self.t.node_id[a] for a in node.all_input_nodes if a in self.t.node_id]
+        self.t.roots.extend(a for a in node.all_input_nodes if a in self.t.node_id)
 
     def _output(self, node: Node) -> None:
         t = self.t

@@ -39,6 +39,9 @@ Analyses (run with every pattern, see :data:`ANALYSIS_RULES`):
   and the list after that run. Computed with pointer jumping (O(log n) iterations, O(n log n) rows),
   keyed by (base, dim, start) so narrows of one tensor at other offsets never merge by mistake
   (../shared/EGGLOG_NOTES.md: pairwise merging of n-ary cats creates 2^(n-1) e-nodes; runs do not).
+  A jump must move the end forward: after a zero-length narrow two different rests share one (s, e), and
+  joining them made ``Cons(d, piece, T)`` equal to ``T``, down to a ``Cat`` of the empty list, which
+  cannot be lowered (found by fuzzing: zero-size tensors in a cat).
 * ``(CatOffset L C d o)``: for a list ``L`` that some narrow along ``d`` reads as ``Narrow(Cat(L), d, ..)``,
   the cell ``C`` of ``L`` starts at offset ``o`` along ``d``. Seeded only by narrowed cats, so a cat of n
   inputs costs n rows, and a narrow finds the input it starts at by an equality join on ``o``.
@@ -177,7 +180,7 @@ ANALYSIS_RULES = """
       ((set (RunEnd L x d s) (+ s l)) (union (RunRest L x d s (+ s l)) R))
       :ruleset analysis :name "run/head")
 (rule ((= e (RunEnd L x d s)) (= R (RunRest L x d s e))
-       (= e2 (RunEnd R x d e)) (= R2 (RunRest R x d e e2)))
+       (= e2 (RunEnd R x d e)) (> e2 e) (= R2 (RunRest R x d e e2)))
       ((set (RunEnd L x d s) e2) (union (RunRest L x d s e2) R2))
       :ruleset analysis :name "run/jump")
 """

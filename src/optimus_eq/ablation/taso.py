@@ -28,6 +28,7 @@ import time
 from typing import Callable, Hashable, Sequence
 
 from optimus_eq.egraph import ITERATION_LIMIT, SATURATED, TIME_LIMIT, EGraph, Limits, SearchResult, ruleset_name
+from optimus_eq.extract.driver import NoAcyclicTerm
 from optimus_eq.patterns.registry import Pattern
 
 SUBSUME = True
@@ -107,7 +108,14 @@ def search(egraph: EGraph, patterns: Sequence[Pattern], limits: Limits, objectiv
         for p in steps:
             egraph.push()
             if _step(egraph, p, scratch, horizontal):
-                c, fp = objective(egraph)
+                try:
+                    c, fp = objective(egraph)
+                except NoAcyclicTerm:
+                    # destructive steps in this order subsumed every e-node of some class (relu(narrow(x))
+                    # rewritten to narrow(relu(x)), then the full narrow(x) to x: the subsumed relu(narrow(x))
+                    # is now relu(x) itself); greedy's fixed order never gets here. Not a graph: dropped.
+                    egraph.pop()
+                    continue
                 if fp not in seen:
                     seen.add(fp)
                     child = seq + (p,)

@@ -47,8 +47,8 @@ the ILP optimum (cost 5424 against 86574 for the tree plan); the local search al
 
 from __future__ import annotations
 
-from optimus_eq.extract.driver import extract
+from optimus_eq.extract.driver import NoAcyclicTerm, extract
 from optimus_eq.extract.plan import Extraction, dag_cost, find_cycle, input_cost
 from optimus_eq.extract.view import EGraphView, ENode, no_gc
 
-__all__ = ["EGraphView", "ENode", "Extraction", "dag_cost", "extract", "find_cycle", "input_cost", "no_gc"]
+__all__ = ["EGraphView", "ENode", "Extraction", "NoAcyclicTerm", "dag_cost", "extract", "find_cycle", "input_cost", "no_gc"]

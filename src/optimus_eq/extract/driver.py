@@ -15,6 +15,10 @@ from optimus_eq.extract.tree import _Problem
 from optimus_eq.extract.view import EGraphView, no_gc
 
 
+class NoAcyclicTerm(RuntimeError):
+    """Some root e-class has no acyclic derivation with the forced e-nodes (a RuntimeError)."""
+
+
 def extract(view: EGraphView, roots: list, forced_nodes: set, model: GPUCostModel | None = None,
             method: str = "auto", seconds: float = 10.0, ilp_max_nodes: int = 40_000,
             max_rounds: int = 20) -> Extraction:
@@ -33,8 +37,9 @@ def extract(view: EGraphView, roots: list, forced_nodes: set, model: GPUCostMode
         max_rounds: ILP solves per batch of components (each adds cuts for the cycles of the last plan).
 
     Raises:
-        RuntimeError: when some root has no acyclic derivation with the forced e-nodes (a bug in the rules
-            or the bridge).
+        NoAcyclicTerm: (a RuntimeError) when some root has no acyclic derivation with the forced e-nodes (a
+            bug in the rules or the bridge, or destructive rewrites applied in an order that subsumed every
+            e-node of a class: the ``taso`` search meets such states and drops them).
     """
     if method not in ("tree", "ilp", "auto"):
         raise ValueError(f"unknown extraction method {method!r}; valid: 'tree', 'ilp', 'auto'")
@@ -52,7 +57,7 @@ def _extract(view, roots, forced_nodes, model, method, seconds, ilp_max_nodes, m
     tree_pick = p.tree()
     missing = [r for r in roots if not p.has(r) or tree_pick[p.cid[r]] < 0]
     if missing:
-        raise RuntimeError(f"no acyclic term for e-classes {missing[:5]}")
+        raise NoAcyclicTerm(f"no acyclic term for e-classes {missing[:5]}")
     rroots = list(dict.fromkeys(p.cid[r] for r in roots))
     pick = list(tree_pick)
     method_used, notes, rounds = "tree", [], 0
@@ -140,7 +145,7 @@ def _unique(view: EGraphView, p: _Problem, roots: list, start: float) -> Extract
         if not bad and _plan_cycles(needed, pick, p.kids):
             bad = list(roots)
     if bad:
-        raise RuntimeError(f"no acyclic term for e-classes {bad[:5]}")
+        raise NoAcyclicTerm(f"no acyclic term for e-classes {bad[:5]}")
     cids, nids = p.cids, p.nids
     choice = {cids[c]: nids[pick[c]] for c in needed}
     cost = sum(p.cost[pick[c]] for c in needed)
