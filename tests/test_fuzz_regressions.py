@@ -7,7 +7,6 @@ import warnings
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from conftest import STRATEGIES, check, rand
 from test_aten import _x, aot_check

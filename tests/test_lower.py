@@ -15,11 +15,10 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
 from hypothesis import given, strategies as st
 
 import optimus_eq
-from conftest import assert_same_tensor, check, dynamo_graph, fx_graph, rand
+from conftest import assert_same_tensor, check, dynamo_graph, rand
 from optimus_bridge.lower import fill_meta
 from optimus_bridge.translate import meta_val
 

@@ -258,12 +258,6 @@ def summary(record: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="optimus-eq calibrate", description=__doc__.split("\n")[0])
-    add_arguments(p)
-    return run(p.parse_args(argv))
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
     p.add_argument("--out", default="calibration.json", help="JSON file to write (default calibration.json)")
@@ -286,6 +280,3 @@ def run(args: argparse.Namespace) -> int:
     print(f"written: {args.out}")
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

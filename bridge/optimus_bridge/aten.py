@@ -32,11 +32,6 @@ from optimus_bridge.translate import Translation, Translator, Unsupported, _norm
 
 aten = torch.ops.aten
 
-#: vocabulary names whose result may share storage with their first input (output un-aliasing)
-_VIEW_NAMES = frozenset(["split", "chunk", "unbind", "getitem", "slice", "narrow", "select", "unsqueeze",
-                         "squeeze", "reshape", "expand", "alias", "permute", "transpose", "t", "detach"])
-
-
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -109,13 +104,8 @@ ATEN_IR = IRLevel(
         "Reshape": lambda g, x, lit: g.call_function(aten.reshape.default, (x, list(lit[0]))),
         "Permute": lambda g, x, lit: g.call_function(aten.permute.default, (x, list(lit[0]))),
     },
-    view_targets=frozenset([aten.slice.Tensor, aten.select.int, aten.unsqueeze.default, aten.reshape.default,
-                            aten.permute.default]),
-    is_view=lambda n: aten_vocab.op_name(n) in _VIEW_NAMES,
-    is_fresh=lambda n: aten_vocab.op_name(n) in aten_vocab.FRESH_OPS,
     cat=lambda g, xs, d: g.call_function(aten.cat.default, (xs, d)),
     stack=None,
     clone=_clone,
-    contiguous=lambda g, x: _clone(g, x, torch.contiguous_format),
     alias=lambda g, x: g.call_function(aten.alias.default, (x,)),
 )

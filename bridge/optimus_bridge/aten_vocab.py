@@ -97,11 +97,6 @@ def op_name(node: Node) -> str | None:
         return None
 
 
-def is_aten(node: Node) -> bool:
-    """True for a call of an aten ``OpOverload``."""
-    return node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
-
-
 def bind(node: Node) -> dict[str, Any]:
     """The arguments of an OpOverload call by schema name, defaults filled in.
 

@@ -23,8 +23,7 @@ import torch
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from optimus_bridge import vocab
-from optimus_bridge.translate import Slot, Translation, dropout_draws, meta_val
+from optimus_bridge.translate import Slot, Translation, meta_val
 from optimus_eq.extract import EGraphView, no_gc
 from optimus_eq.extract.plan import chosen_list
 
@@ -47,20 +46,14 @@ _VIEW_LOWERING: dict[str, Callable] = {
     "Permute": lambda g, x, lit: _call(g, torch.permute, (x, tuple(lit[0])), name="permute"),
 }
 
-_VIEW_TARGETS = {torch.narrow, torch.select, torch.unsqueeze, torch.reshape, torch.permute, torch.squeeze}
-
-
 @dataclass(frozen=True)
 class IRLevel:
     """What lowering emits for one IR level: a table keyed by constructor plus the few ops it adds.
 
     Attributes:
         views: constructor (``"Narrow"``, ...) -> ``f(graph, x, literals) -> Node``.
-        view_targets: FX targets of the view nodes ``views`` emits.
-        is_view: does an original node return a view of its first input (output un-aliasing)?
-        is_fresh: does an original node return new storage (a cat, a matmul)?
         cat: ``f(graph, tensors, dim) -> Node``; ``stack`` likewise, or None to emit a cat of unsqueezes.
-        clone: ``f(graph, x, memory_format) -> Node``; ``contiguous``: ``f(graph, x) -> Node``.
+        clone: ``f(graph, x, memory_format) -> Node``.
         restride: ``f(graph, x, shape, strides) -> [Node, ...]``, a copy of x with exactly these strides (for
             outputs whose eager layout is not contiguous), or None: such outputs fall back.
         squeeze: ``f(graph, x, dims) -> Node`` for a ``Reshape`` that only drops size-1 dims, or None: such
@@ -72,13 +65,9 @@ class IRLevel:
     """
 
     views: dict
-    view_targets: frozenset
-    is_view: Callable
-    is_fresh: Callable
     cat: Callable
     stack: Callable | None
     clone: Callable
-    contiguous: Callable
     restride: Callable | None = None
     squeeze: Callable | None = None
     alias: Callable | None = None
@@ -240,20 +229,6 @@ class Lowerer:
         for n in reversed(list(self.graph.nodes)):
             if not n.users and n.op != "output" and n not in copies:
                 self.graph.erase_node(n)
-
-def _is_view(n: Node) -> bool:
-    """Does a Torch-IR node return a view of its first input (``TORCH_IR.is_view``)?"""
-    name = vocab.op_name(n)
-    return name is not None and name not in vocab.FRESH_OPS and name not in ("dropout",) and \
-        n.op in ("call_function", "call_method")
-
-
-def _is_fresh(n: Node) -> bool:
-    name = vocab.op_name(n)
-    # a training-mode dropout returns a new tensor (the masked, scaled input): an output it produced must
-    # not come to share storage with another output (batch_dropout's fused dropout, say)
-    return name in vocab.FRESH_OPS or (name == "dropout" and not vocab.is_mutation(n) and dropout_draws(n))
-
 
 def _storage(v) -> int | None:
     """Identity of the storage behind a FakeTensor (views share it), or None for no tensor data."""
@@ -760,14 +735,10 @@ def lower(t: Translation, view: EGraphView, choice: dict[str, str], level: IRLev
 #: Torch-IR lowering: ``torch.*`` functions and Tensor methods, as dynamo graphs spell them.
 TORCH_IR = IRLevel(
     views=_VIEW_LOWERING,
-    view_targets=frozenset(_VIEW_TARGETS),
-    is_view=_is_view,
-    is_fresh=_is_fresh,
     cat=lambda g, xs, d: _call(g, torch.cat, (xs, d), name="cat"),
     stack=lambda g, xs, d: _call(g, torch.stack, (xs, d), name="stack"),
     squeeze=lambda g, x, dims: _call(g, torch.squeeze, (x, dims), name="squeeze"),
     clone=lambda g, x, fmt: g.call_method("clone", (x,), {"memory_format": fmt}),
-    contiguous=lambda g, x: g.call_method("contiguous", (x,)),
     restride=_restride_torch,
     alias=lambda g, x: g.call_method("view_as", (x, x)),
 )

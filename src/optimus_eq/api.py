@@ -301,8 +301,7 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
         from optimus_eq.horizontal import HorizontalContext, fuse_round
 
         plans = _Plans(tr, phases, cost_model, extractor, ilp_seconds, ilp_max_nodes)
-        hctx = HorizontalContext(tr, cost_model, extractor, ilp_seconds, ilp_max_nodes, pattern_options or {},
-                                 plan=plans)
+        hctx = HorizontalContext(tr, plans, pattern_options or {})
         if getattr(search_mod, "NEEDS_OBJECTIVE", False):
             strategy_options.setdefault("objective", _objective(tr, cost_model))
 

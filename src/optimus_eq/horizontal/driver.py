@@ -15,7 +15,6 @@ from typing import Callable, Sequence
 
 import torch
 
-from optimus_eq.cost import GPUCostModel
 from optimus_eq.horizontal.plan import PlanGraph
 from optimus_eq.horizontal.rows import IdAlloc, RowWriter
 
@@ -38,26 +37,21 @@ class HorizontalContext:
 
     Attributes:
         tr: the bridge's Translation (recipes, types, kept nodes; new keys are added to it).
-        cost_model, extractor, ilp_seconds, ilp_max_nodes: how the plan is extracted (as in ``optimize``).
+        plan: ``egraph -> (EGraphView, Extraction)``, the caller's reading and extraction of the e-graph
+            with its cost model and extractor (``optimize`` passes ``api._Plans``, cached by
+            :attr:`optimus_eq.egraph.EGraph.version`, so that when a round adds nothing and no rule fires
+            afterwards, the final extraction is this round's).
         options: pattern name -> option overrides (``min_fuse_set_size``, ...).
         fired: pattern name -> groups fused (greedy) or fused alternatives added (eqsat).
         members: pattern name -> ops in those groups.
-        plan: ``egraph -> (EGraphView, Extraction)``, the caller's reading and extraction of the e-graph
-            (``optimize`` passes one that is cached by :attr:`optimus_eq.egraph.EGraph.version`, so that
-            when a round adds nothing and no rule fires afterwards, the final extraction is this
-            round's); None: read and extract here with the options above.
     """
 
     tr: object
-    cost_model: GPUCostModel = field(default_factory=GPUCostModel)
-    extractor: str = "auto"
-    ilp_seconds: float = 10.0
-    ilp_max_nodes: int = 40_000
+    plan: Callable
     options: dict = field(default_factory=dict)
     fired: Counter = field(default_factory=Counter)
     members: Counter = field(default_factory=Counter)
     alloc: IdAlloc | None = None
-    plan: Callable | None = None
 
 
 def pattern_options(pattern, overrides: dict) -> dict:
@@ -86,19 +80,7 @@ def plan_of(egraph, ctx: HorizontalContext):
             some root has no acyclic plan (from :func:`optimus_eq.extract.extract`).
     """
     tr = ctx.tr
-    if ctx.plan is not None:
-        view, ex = ctx.plan(egraph)
-    else:
-        from optimus_eq.extract import EGraphView, extract
-
-        view = EGraphView.from_egraph(egraph)
-        if view.inconsistent:
-            raise RuntimeError(f"inconsistent e-graph before horizontal fusion ({view.inconsistent[0]})")
-        roots = list(dict.fromkeys(view.node_of[tr.node_id[n]] for n in dict.fromkeys(tr.roots)))
-        forced = {nid for nid, en in view.nodes.items()
-                  if en.op in ("Leaf", "Apply") and en.literals and en.literals[0] in tr.opaque_keys}
-        ex = extract(view, roots, forced, ctx.cost_model, method=ctx.extractor, seconds=ctx.ilp_seconds,
-                     ilp_max_nodes=ctx.ilp_max_nodes)
+    view, ex = ctx.plan(egraph)
     out_node = next(n for n in reversed(tr.gm.graph.nodes) if n.op == "output")
     outputs = {view.node_of[tr.node_id[a]] for a in out_node.all_input_nodes if a in tr.node_id}
     contiguous: dict = {}

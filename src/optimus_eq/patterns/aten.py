@@ -45,15 +45,6 @@ def _runs(prefix: str) -> tuple[Rule, ...]:
                   views.fold_view_chain)
 
 
-#: select(x, d, i) inside a cat along c != d is a select of x.movedim(d, c) along c (then it is a select
-#: inside a cat along its own dim, which ``unbind_cat_to_view`` turns into a slice of a flattening view).
-_SELECT_OTHER_DIM = Rule(
-    "select_other_dim_in_cat",
-    "(Cons c (Select x d i n) R)",
-    "(Cons c (Select (Permute x p) c i n) R)",
-    ("(!= c d)", "(= shx (shape x))", "(= p (MovePerm (vec-length shx) d c))"),
-)
-
 #: x: [A, n, B] (A, B: products of the sizes before and after dim d), a slice x[:, s:s+l, :] reshaped to
 #: S = [..P.., m, ..Q..] with the cat dim c at m. If prod(S[:c]) == A, the reshape only regroups the
 #: elements after dim d, so the piece is rows s*B/Q .. (s+l)*B/Q of x reshaped to S with n*B/Q at c.
@@ -111,8 +102,8 @@ select_cat_aten_pass = Pattern(
     name="select_cat_aten_pass",
     levels=("post_grad",),
     kind="vertical",
-    rules=_own("select_cat_aten", _SELECT_OTHER_DIM) + _reuse("select_cat_aten", split_cat.unbind_cat_to_view_pass)
-    + _runs("select_cat_aten"),
+    # unbind_cat_to_view's rules include other_dim: a select along d inside a cat along c != d
+    rules=_reuse("select_cat_aten", split_cat.unbind_cat_to_view_pass) + _runs("select_cat_aten"),
     doc="""Selects of one tensor concatenated in order along the select dim are a view of it.
 
     x: [B, N, D];  aten.cat([aten.select(x, 1, i) for i in range(N)], 1)  =>  aten.reshape(x, [B, N*D])
@@ -137,7 +128,7 @@ move_view_after_cat_aten_pass = Pattern(
     name="move_view_after_cat_aten_pass",
     levels=("post_grad",),
     kind="vertical",
-    rules=_own("move_view_after_cat_aten", _RESHAPE_NARROW_IN_CAT, _UNIT_NARROW_TO_SELECT, _SELECT_OTHER_DIM)
+    rules=_own("move_view_after_cat_aten", _RESHAPE_NARROW_IN_CAT, _UNIT_NARROW_TO_SELECT)
     + _reuse("move_view_after_cat_aten", split_cat.unbind_cat_to_view_pass) + _runs("move_view_after_cat_aten"),
     doc="""A cat of views of split pieces is one view of the split input (the cat disappears).
 
