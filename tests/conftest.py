@@ -245,6 +245,18 @@ def junk_after(report) -> int:
     return sum(report.ops_after.get(k, 0) for k in JUNK)
 
 
+@pytest.fixture
+def no_compile_cache():
+    """Inductor's FX graph cache and AOTAutograd's cache would replay an earlier run's compiled graph
+    (keyed with the pass's uuid) without calling the pass: a test that reads the pass's counters or
+    reports needs a real compile."""
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    with inductor_config.patch(fx_graph_cache=False), functorch_config.patch(enable_autograd_cache=False):
+        yield
+
+
 @pytest.fixture(params=STRATEGIES)
 def strategy(request) -> str:
     return request.param

@@ -568,17 +568,6 @@ def test_install_keeps_a_users_pass_first():
 
 # -- end to end through torch.compile and Inductor (few, small) -------------------------------------
 
-@pytest.fixture
-def no_compile_cache():
-    """Inductor's FX graph cache and AOTAutograd's cache would replay an earlier run's compiled graph
-    (keyed with the pass's uuid) without calling the pass: the counters below need a real compile."""
-    import torch._functorch.config as functorch_config
-    import torch._inductor.config as inductor_config
-
-    with inductor_config.patch(fx_graph_cache=False), functorch_config.patch(enable_autograd_cache=False):
-        yield
-
-
 def _e2e_fn(x, y):
     a, b, c = torch.split(x, [2, 3, 5], 1)
     s = torch.stack(torch.unbind(y, 1), 1)

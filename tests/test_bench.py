@@ -310,7 +310,7 @@ def test_gaps_rank_both_directions_and_skip_unusable_rows():
     assert "| e | train |  | - | 3 k, 1.00 ms |  |" in lines
 
 
-def test_post_strategies_optimize_both_levels():
+def test_post_strategies_optimize_both_levels(no_compile_cache):
     """``eqsat-post`` runs ours before AOTAutograd and as Inductor's post-grad pass (forward and backward)."""
     class M(torch.nn.Module):
         def __init__(self):
