@@ -28,12 +28,7 @@ What upstream does and where we differ:
 from __future__ import annotations
 
 from optimus_eq.patterns import split_cat, views
-from optimus_eq.patterns.registry import Pattern, Rule
-
-
-def _reuse(prefix: str, *patterns: Pattern) -> tuple[Rule, ...]:
-    """The rules of ``patterns`` renamed ``<prefix>/<rule name>`` (rule names are unique per registry)."""
-    return tuple(Rule(f"{prefix}/{r.name}", r.lhs, r.rhs, r.when) for p in patterns for r in p.rules)
+from optimus_eq.patterns.registry import Pattern, Rule, renamed
 
 
 def _runs(prefix: str) -> tuple[Rule, ...]:
@@ -41,8 +36,8 @@ def _runs(prefix: str) -> tuple[Rule, ...]:
     one input is that input; the view the fold leaves folds into the view after it (split_cat_pass,
     merge_getitem_cat_pass, mutate_cat_pass, fold_view_chain: Aten-IR spells a stack as cat + view, so
     greedy, which never revisits fold_view_chain, needs the fold inside the pass)."""
-    return _reuse(prefix, split_cat.split_cat_pass, split_cat.merge_getitem_cat_pass, split_cat.mutate_cat_pass,
-                  views.fold_view_chain)
+    return renamed(prefix, split_cat.split_cat_pass.rules + split_cat.merge_getitem_cat_pass.rules
+                   + split_cat.mutate_cat_pass.rules + views.fold_view_chain.rules)
 
 
 #: x: [A, n, B] (A, B: products of the sizes before and after dim d), a slice x[:, s:s+l, :] reshaped to
@@ -58,18 +53,6 @@ _RESHAPE_NARROW_IN_CAT = Rule(
      "(= B (/ N (prefix shx (+ d 1))))", "(= Q (/ (prefix S (vec-length S)) (prefix S (+ c 1))))",
      "(= (% (* n B) Q) 0)", "(= (% (* s B) Q) 0)"),
 )
-
-#: A length-1 slice reshaped to drop that dim is a select: x[:, i:i+1].view(B, D) == x.select(1, i).
-_UNIT_NARROW_TO_SELECT = Rule(
-    "unit_narrow_reshape_to_select",
-    "(Reshape (Narrow x d s 1 n) S)",
-    "(Select x d s n)",
-    ("(= shx (shape x))", "(= S (vec-remove shx d))"),
-)
-
-
-def _own(prefix: str, *rules: Rule) -> tuple[Rule, ...]:
-    return tuple(Rule(f"{prefix}/{r.name}", r.lhs, r.rhs, r.when) for r in rules)
 
 
 normalization_aten_pass = Pattern(
@@ -103,7 +86,7 @@ select_cat_aten_pass = Pattern(
     levels=("post_grad",),
     kind="vertical",
     # unbind_cat_to_view's rules include other_dim: a select along d inside a cat along c != d
-    rules=_reuse("select_cat_aten", split_cat.unbind_cat_to_view_pass) + _runs("select_cat_aten"),
+    rules=renamed("select_cat_aten", split_cat.unbind_cat_to_view_pass.rules) + _runs("select_cat_aten"),
     doc="""Selects of one tensor concatenated in order along the select dim are a view of it.
 
     x: [B, N, D];  aten.cat([aten.select(x, 1, i) for i in range(N)], 1)  =>  aten.reshape(x, [B, N*D])
@@ -115,7 +98,7 @@ unbind_stack_aten_pass = Pattern(
     name="unbind_stack_aten_pass",
     levels=("post_grad",),
     kind="vertical",
-    rules=_reuse("unbind_stack_aten", split_cat.unbind_stack_pass, split_cat.unbind_stack_to_slices_pass)
+    rules=renamed("unbind_stack_aten", split_cat.unbind_stack_pass.rules + split_cat.unbind_stack_to_slices_pass.rules)
     + _runs("unbind_stack_aten"),
     doc="""Unbind pieces stacked (cat of unsqueezes) in order along the unbind dim are the tensor itself.
 
@@ -128,8 +111,10 @@ move_view_after_cat_aten_pass = Pattern(
     name="move_view_after_cat_aten_pass",
     levels=("post_grad",),
     kind="vertical",
-    rules=_own("move_view_after_cat_aten", _RESHAPE_NARROW_IN_CAT, _UNIT_NARROW_TO_SELECT)
-    + _reuse("move_view_after_cat_aten", split_cat.unbind_cat_to_view_pass) + _runs("move_view_after_cat_aten"),
+    # a unit slice viewed without its dim is a select (split_cat.SQUEEZED_UNIT_PIECE), which the select rules fold
+    rules=renamed("move_view_after_cat_aten", (_RESHAPE_NARROW_IN_CAT, split_cat.SQUEEZED_UNIT_PIECE,
+                                               *split_cat.unbind_cat_to_view_pass.rules))
+    + _runs("move_view_after_cat_aten"),
     doc="""A cat of views of split pieces is one view of the split input (the cat disappears).
 
     x: [B, N*D];  aten.cat([aten.reshape(p, [B, 1, D]) for p in aten.split(x, D, 1)], 1)  =>  aten.reshape(x, [B, N, D])

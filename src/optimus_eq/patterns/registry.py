@@ -12,7 +12,7 @@ typo, an unbound variable or a wrong arity fails at import time, not in a user's
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
 KINDS = ("vertical", "horizontal", "canonical")
@@ -36,6 +36,12 @@ class Rule:
         when = f" :when ({' '.join(self.when)})" if self.when else ""
         sub = " :subsume" if subsume else ""
         return f'(rewrite {self.lhs} {self.rhs}{when}{sub} :ruleset {ruleset} :name "{self.name}")'
+
+
+def renamed(prefix: str, rules: Iterable[Rule]) -> tuple[Rule, ...]:
+    """``rules`` under the names ``<prefix>/<rule name>``, for a pattern that reuses another pattern's
+    rules (rule names are unique in a registry; firings count for the pattern that holds the rule)."""
+    return tuple(replace(r, name=f"{prefix}/{r.name}") for r in rules)
 
 
 @dataclass(frozen=True)

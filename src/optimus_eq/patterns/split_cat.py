@@ -14,9 +14,7 @@ source and sizes are checked by construction (a permuted cat, or pieces of two t
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from optimus_eq.patterns.registry import Pattern, Rule
+from optimus_eq.patterns.registry import Pattern, Rule, renamed
 from optimus_eq.terms import MAX_RANK
 
 _HEAD = "(Cons d (Narrow x d s l n) R)"
@@ -37,6 +35,11 @@ normalization_pass = Pattern(
     """,
 )
 
+#: A length-1 slice reshaped to drop its dim is a select: x[:, i:i+1].view(B, D) == x.select(1, i)
+#: (n == 1 is left out: then the slice is x, and select_size_one states the same equality backwards).
+SQUEEZED_UNIT_PIECE = Rule("remove_split_with_size_one/squeezed_unit_piece", "(Reshape (Narrow x d i 1 n) v)",
+                           "(Select x d i n)", ("(> n 1)", "(= sh (shape x))", "(= v (vec-remove sh d))"))
+
 remove_split_with_size_one_pass = Pattern(
     name="remove_split_with_size_one_pass",
     levels=("pre_grad", "post_grad"),
@@ -45,8 +48,7 @@ remove_split_with_size_one_pass = Pattern(
         Rule("remove_split_with_size_one/narrow_full", "(Narrow x d 0 n n)", "x", ("(= sh (shape x))",)),
         Rule("remove_split_with_size_one/select_size_one", "(Select x d 0 1)", "(Reshape x (vec-remove sh d))",
              ("(= sh (shape x))",)),
-        Rule("remove_split_with_size_one/squeezed_unit_piece", "(Reshape (Narrow x d i 1 n) v)", "(Select x d i n)",
-             ("(> n 1)", "(= sh (shape x))", "(= v (vec-remove sh d))")),  # n == 1: select_size_one's inverse
+        SQUEEZED_UNIT_PIECE,
     ),
     doc="""A split with one section, or an unbind of a size-1 dim, is the tensor itself (or a squeeze); a
     size-1 split piece squeezed is an unbind piece (upstream does this one in split_cat_pass's
@@ -242,16 +244,11 @@ mutate_cat_pass = Pattern(
     """,
 )
 
-def _alias(prefix: str, *patterns: Pattern) -> tuple[Rule, ...]:
-    """The rules of ``patterns`` under names ``prefix/<rule>`` (rule names are unique in a registry)."""
-    return tuple(replace(r, name=f"{prefix}/{r.name.split('/', 1)[1]}") for p in patterns for r in p.rules)
-
-
 split_cat_to_slices_pass = Pattern(
     name="split_cat_to_slices_pass",
     levels=("pre_grad",),
     kind="vertical",
-    rules=_alias("split_cat_to_slices", split_cat_pass, merge_getitem_cat_pass, mutate_cat_pass),
+    rules=renamed("split_cat_to_slices", split_cat_pass.rules + merge_getitem_cat_pass.rules + mutate_cat_pass.rules),
     doc="""Consecutive split pieces inside a cat become one slice of the split's input (all pieces: the
     input itself); a cat left with one input is removed.
 
