@@ -9,8 +9,8 @@ graph either way), until ``max_fuse_set_size`` members; the subset is yielded wh
 Each case is data: a DAG (node -> its inputs), the candidates in order, min/max, and the expected
 subsets. The data is checked against the installed torch's function (so the port is right) and against
 ``optimus_eq.horizontal.find_independent_subset_greedy`` (:mod:`optimus_eq.horizontal.subsets`), which
-takes ``(candidates, options)`` like upstream's and shares its selection rule (``greedy_round``) with
-the plan's group analysis. Where ours differs on purpose it is asserted below: no subsets at all when
+takes ``(candidates, options)`` like upstream's and shares its walk (``greedy_subsets``, one
+``greedy_round`` per subset) with the plan's group analysis. Where ours differs on purpose it is asserted below: no subsets at all when
 ``max_fuse_set_size < 1`` (upstream loops forever), and duplicate candidates count once.
 """
 

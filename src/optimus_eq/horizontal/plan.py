@@ -32,7 +32,7 @@ from typing import Callable, Iterator
 
 import networkx as nx
 
-from optimus_eq.horizontal.subsets import greedy_round
+from optimus_eq.horizontal.subsets import greedy_subsets
 
 LIST_OPS = frozenset(["Cons", "Nil", "ACons", "ANil"])
 
@@ -261,20 +261,17 @@ class PlanGraph:
                 yield from self._independent_subsets(cands, options, fused)
 
     def _independent_subsets(self, cands: list, options: dict, fused: set) -> Iterator[list[Member]]:
-        """Greedy independent subsets (:func:`.subsets.greedy_round`) of ``cands``, walked in topological
+        """Greedy independent subsets (:func:`.subsets.greedy_subsets`) of ``cands``, walked in topological
         order; the caller adds each yielded subset's fused op to the graph before the next round."""
-        lo, hi = options["min_fuse_set_size"], options["max_fuse_set_size"]
-        remaining = [c for c in dict.fromkeys(cands) if c not in fused]
-        if hi < 1:
-            return
-        while remaining and len(remaining) >= lo:
+
+        def walk(remaining: list) -> tuple[list, list[int]]:
             pos = self._positions()
             remaining.sort(key=pos.__getitem__)
             anc = self._ancestor_bits(remaining, pos)
-            subset, rest = greedy_round(remaining, [anc[c] for c in remaining], hi)
-            if len(subset) >= lo:
-                yield [self.member(c) for c in subset]
-            remaining = [c for c in rest if c not in fused]
+            return remaining, [anc[c] for c in remaining]
+
+        for subset in greedy_subsets(cands, options, walk, fused):
+            yield [self.member(c) for c in subset]
 
     # -- topological positions, kept up to date as fused ops are added ----------------------------------
     def acyclic(self) -> bool:

@@ -9,16 +9,17 @@ the candidates not taken are walked again, in the same order, for the next subse
 Dependencies are ancestor bitsets (Python ints, bit ``i`` for the ``i``-th remaining candidate), so
 one round costs one pass over the graph instead of one search per candidate.
 
-* :func:`greedy_round`: one subset from candidates and their ancestor bitsets (used by
-  :class:`optimus_eq.horizontal.plan.PlanGraph`, which walks its candidates in topological order and
-  adds each fused op to its graph between rounds);
+* :func:`greedy_round`: one subset from candidates and their ancestor bitsets;
+* :func:`greedy_subsets`: the whole walk, one round per subset, over a graph the caller describes by
+  its walk order and ancestor bitsets (:class:`optimus_eq.horizontal.plan.PlanGraph` walks its
+  candidates in topological order and adds each fused op to its graph between rounds);
 * :func:`find_independent_subset_greedy`: the whole walk on the nodes of a plain ``torch.fx.Graph``,
   with upstream's signature.
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Container, Iterable, Iterator, Sequence
 
 import torch
 
@@ -85,11 +86,34 @@ def find_independent_subset_greedy(nodes: Iterable[torch.fx.Node], options: dict
     Raises:
         KeyError: when an option is missing. ValueError: nodes from more than one graph.
     """
+    return greedy_subsets(nodes, options, lambda remaining: (remaining, fx_ancestor_bits(remaining)))
+
+
+def greedy_subsets(cands: Iterable, options: dict, walk: Callable[[list], tuple[list, Sequence[int]]],
+                   taken: Container = frozenset()) -> Iterator[list]:
+    """The greedy walk (module docstring) over any graph: one :func:`greedy_round` per subset.
+
+    Args:
+        cands: the candidates (duplicates are dropped).
+        options: ``min_fuse_set_size`` and ``max_fuse_set_size``.
+        walk: ``walk(remaining) -> (remaining in walk order, their ancestor bitsets)``, called once per
+            round, after the caller has used the previous subset (it may have changed the graph).
+        taken: candidates to leave out, read again after each subset (the caller may add to it).
+
+    Yields:
+        Lists of candidates, each in walk order, of ``min_fuse_set_size`` to ``max_fuse_set_size`` members;
+        nothing when ``max_fuse_set_size < 1``.
+
+    Raises:
+        KeyError: when an option is missing.
+    """
     lo, hi = options["min_fuse_set_size"], options["max_fuse_set_size"]
-    remaining = list(dict.fromkeys(nodes))
+    remaining = [c for c in dict.fromkeys(cands) if c not in taken]
     if hi < 1:
         return
     while remaining and len(remaining) >= lo:
-        subset, remaining = greedy_round(remaining, fx_ancestor_bits(remaining), hi)
+        remaining, anc = walk(remaining)
+        subset, rest = greedy_round(remaining, anc, hi)
         if len(subset) >= lo:
             yield subset
+        remaining = [c for c in rest if c not in taken]
