@@ -8,19 +8,40 @@ import pytest
 import torch
 
 import optimus_eq
-from conftest import check, dynamo_graph, rand
+from conftest import check, dynamo_graph, junk_after, rand
 from optimus_eq import DEFAULT_REGISTRY
 from optimus_eq.options import (UPSTREAM_POST_GRAD, UPSTREAM_PRE_GRAD, UPSTREAM_SCOPE, select_from_options,
                                 upstream_names)
 
-REGISTERED_PRE = {n for n, levels, _ in optimus_eq.list_patterns() if "pre_grad" in levels}
-REGISTERED_POST = {n for n, levels, _ in optimus_eq.list_patterns() if "post_grad" in levels}
+# torch 2.13's Optimus option names (torch/_inductor/fx_passes/split_cat.py ``pre_grad_pass_names`` /
+# ``post_grad_pass_names``, group_batch_fusion.py ``PRE_GRAD_FUSIONS`` / ``POST_GRAD_FUSIONS`` /
+# ``OPTIMUS_EXCLUDE_POST_GRAD``), split into those optimus_eq implements and those it does not.
+IMPLEMENTED_PRE = (
+    "normalization_pass", "remove_split_with_size_one_pass", "merge_getitem_cat_pass", "merge_splits_pass",
+    "mutate_cat_pass", "split_cat_pass", "unbind_stack_pass", "split_cat_to_slices_pass", "unbind_cat_to_view_pass",
+    "split_stack_to_cats_pass", "unbind_stack_to_slices_pass", "move_reshape_out_of_split_stack_pass",
+    "einsum_to_pointwise_pass", "batch_linear_lhs", "batch_linear", "batch_layernorm", "batch_tanh", "batch_sigmoid",
+    "batch_relu", "batch_detach", "batch_nan_to_num", "batch_clamp", "batch_dropout",
+)
+MISSING_PRE = ("merge_stack_tahn_unbind_pass",)
+IMPLEMENTED_POST = (
+    "normalization_aten_pass", "decompose_mm_pass", "unbind_stack_aten_pass", "split_cat_aten_pass",
+    "select_cat_aten_pass", "move_view_after_cat_aten_pass", "batch_linear_post_grad", "batch_aten_tanh",
+    "batch_aten_sigmoid", "batch_aten_relu", "batch_aten_add", "batch_aten_sub", "batch_aten_div", "batch_aten_mul",
+)
+MISSING_POST = ("shape_padding_multiplier", "pad_aten_mm_pass", "group_linear", "activation_quantization_aten_pass",
+                "inductor_autotune_lookup_table")
 
 
 def split_cat_then_partial(x, y):
     """split -> full cat (split_cat_pass's job) and a partial run next to y (merge_getitem_cat_pass's)."""
     a, b, c, d = torch.split(x, 2, 1)
     return torch.cat([a, b, c, d], 1) * 2, torch.cat([y, b, c], 1)
+
+
+def test_static_name_lists_are_upstreams():
+    assert sorted(UPSTREAM_PRE_GRAD) == sorted(IMPLEMENTED_PRE + MISSING_PRE)
+    assert sorted(UPSTREAM_POST_GRAD) == sorted(IMPLEMENTED_POST + MISSING_POST)
 
 
 def test_static_name_lists_cover_the_installed_torch():
@@ -59,9 +80,20 @@ def test_options_choose_the_patterns(strategy):
     assert both.report.ops_after["narrow"] == 1
 
 
-def test_upstream_scope_selects_the_patterns_that_do_part_of_the_job():
-    chosen = {p.name for p in select_from_options(DEFAULT_REGISTRY, {"unbind_stack_pass": {"counter": 2}}, "pre_grad")}
-    assert chosen == {"unbind_stack_pass"} | {n for n in UPSTREAM_SCOPE["unbind_stack_pass"] if n in DEFAULT_REGISTRY}
+def unbind_then_stack_or_cat(x):
+    """Upstream's unbind_stack_pass (``merge_unbind_stack``) folds unbind -> stack or cat, along any dim."""
+    u = torch.unbind(x, 1)
+    return torch.stack(u, 1) * 2, torch.stack(u, 2) + 1, torch.cat(u, 1).tanh()
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
+def test_upstream_scope_does_the_whole_job_of_the_named_pass(strategy):
+    c = check(unbind_then_stack_or_cat, [rand(3, 4, 5, seed=0)], strategy,
+              pre_grad_fusion_options={"unbind_stack_pass": {}})
+    assert junk_after(c.report) == 0, dict(c.report.ops_after)
+
+
+def test_upstream_scope_patterns_get_empty_options():
     by_name = {p.name: p for p in select_from_options(DEFAULT_REGISTRY, {"unbind_stack_pass": {"counter": 2}}, "pre_grad")}
     assert by_name["unbind_stack_pass"].options == {"counter": 2}
     assert by_name["split_cat_pass"].options == {}
@@ -98,22 +130,24 @@ def test_unknown_name_raises_value_error_listing_valid_names():
         assert valid in msg
 
 
-@pytest.mark.parametrize("name", sorted(set(UPSTREAM_PRE_GRAD) - REGISTERED_PRE))
+@pytest.mark.parametrize("name", MISSING_PRE)
 def test_upstream_pre_grad_name_not_implemented_raises(name):
     with pytest.raises(NotImplementedError, match=name):
         select_from_options(DEFAULT_REGISTRY, {name: {}}, "pre_grad")
 
 
-@pytest.mark.parametrize("name", sorted(set(UPSTREAM_POST_GRAD) - REGISTERED_POST))
+@pytest.mark.parametrize("name", MISSING_POST)
 def test_upstream_post_grad_name_not_implemented_raises(name):
     with pytest.raises(NotImplementedError, match=name):
         optimus_eq.backend(post_grad_fusion_options={name: {}})
 
 
-@pytest.mark.parametrize("name", sorted(REGISTERED_PRE & set(UPSTREAM_PRE_GRAD)))
-def test_every_implemented_pre_grad_name_is_accepted(name):
-    names = {p.name for p in select_from_options(DEFAULT_REGISTRY, {name: {}}, "pre_grad")}
-    assert names == {name} | {n for n in UPSTREAM_SCOPE.get(name, ()) if n in DEFAULT_REGISTRY}
+@pytest.mark.parametrize("level,name", [("pre_grad", n) for n in IMPLEMENTED_PRE]
+                         + [("post_grad", n) for n in IMPLEMENTED_POST])
+def test_every_implemented_name_is_accepted(level, name):
+    chosen = {p.name: p for p in select_from_options(DEFAULT_REGISTRY, {name: {"counter": 3}}, level)}
+    assert chosen[name].options["counter"] == 3  # stored on the selection, over the pattern's own defaults
+    assert all(level in p.levels for p in chosen.values())
 
 
 def test_name_of_the_other_level_raises_value_error():
