@@ -283,9 +283,10 @@ def build_layer_norm(w, members) -> None:
 
 # -- Aten-IR (post-grad) linear: aten.mm / aten.addmm -> aten.bmm / aten.baddbmm -----------------------
 
-def _aten_mm_parts(m):
-    """(bias, mat1, mat2) input indices of an ``aten.mm``/``aten.addmm`` member (bias None for mm), or
-    raise. addmm must have beta = alpha = 1 and a bias of shape [N], [1, N] or [M, N]."""
+def _mm_operands(m):
+    """``(kind, bias, a, b)`` of a plain aten.mm / aten.addmm (beta = alpha = 1) / aten.bmm member (kind
+    ``"mm"`` or ``"bmm"``, bias None or its input index, a and b the matrices' input indices), or raise
+    ValueError."""
     from optimus_bridge.translate import Slot
 
     aten = torch.ops.aten
@@ -293,10 +294,19 @@ def _aten_mm_parts(m):
     if m.op != "Apply" or r.op != "call_function" or r.kwargs:
         raise ValueError("not a plain aten call")
     if r.target is aten.mm.default and r.args == (Slot(0), Slot(1)):
-        bias, a, b = None, 0, 1
-    elif r.target is aten.addmm.default and r.args == (Slot(0), Slot(1), Slot(2)):
-        bias, a, b = 0, 1, 2
-    else:
+        return "mm", None, 0, 1
+    if r.target is aten.addmm.default and r.args == (Slot(0), Slot(1), Slot(2)):
+        return "mm", 0, 1, 2
+    if r.target is aten.bmm.default and r.args == (Slot(0), Slot(1)):
+        return "bmm", None, 0, 1
+    raise ValueError("not mm, addmm or bmm")
+
+
+def _aten_mm_parts(m):
+    """(bias, mat1, mat2) input indices of an ``aten.mm``/``aten.addmm`` member (bias None for mm), or
+    raise. addmm must have beta = alpha = 1 and a bias of shape [N], [1, N] or [M, N]."""
+    kind, bias, a, b = _mm_operands(m)
+    if kind != "mm":
         raise ValueError("not mm/addmm with default beta and alpha")
     sa, sb = m.in_shapes[a], m.in_shapes[b]
     if sa is None or sb is None or len(sa) != 2 or len(sb) != 2 or sa[1] != sb[0]:
@@ -461,23 +471,6 @@ def build_einsum(w, members) -> None:
 #: CPU_MAX_OTHER_DIMENSION_DECOMPOSITION (CPU); the same option names override them.
 DECOMPOSE_MM_OPTIONS = {"min_first_dimension_decomposition": 10240, "max_other_dimension_decomposition": 32,
                         "cpu_max_first_dimension_decomposition": 1, "cpu_max_other_dimension_decomposition": 2048}
-
-
-def _mm_operands(m):
-    """``(kind, bias, a, b)`` of a plain aten.mm / aten.addmm (beta = alpha = 1) / aten.bmm member."""
-    from optimus_bridge.translate import Slot
-
-    aten = torch.ops.aten
-    r = m.recipe
-    if m.op != "Apply" or r.op != "call_function" or r.kwargs:
-        raise ValueError("not a plain aten call")
-    if r.target is aten.mm.default and r.args == (Slot(0), Slot(1)):
-        return "mm", None, 0, 1
-    if r.target is aten.addmm.default and r.args == (Slot(0), Slot(1), Slot(2)):
-        return "mm", 0, 1, 2
-    if r.target is aten.bmm.default and r.args == (Slot(0), Slot(1)):
-        return "bmm", None, 0, 1
-    raise ValueError("not mm, addmm or bmm")
 
 
 def should_decompose(m, options: dict) -> bool:
