@@ -344,6 +344,36 @@ def test_firings_reach_dynamo_counters(strategy):
     assert counters["optimus_eq"]["batch_tanh"] == 1
 
 
+@pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
+@pytest.mark.parametrize("source", ["fx", "dynamo"])
+def test_einsum_with_listed_operands_becomes_pointwise(strategy, source):
+    """``einsum(eq, [x, w])`` is the same op as ``einsum(eq, x, w)`` (one operand parser for the
+    translator and einsum_to_pointwise_pass)."""
+    def fn(x, w):
+        return torch.einsum("bni,nio->bno", [x, w]) + 1
+
+    c = check(fn, [rand(3, 4, 5, seed=0), rand(4, 5, 6, seed=1)], strategy, source=source,
+              patterns=["normalization_pass", "einsum_to_pointwise_pass"])
+    assert c.report.patterns_fired["einsum_to_pointwise_pass"] == 1
+    if strategy == "greedy":  # eqsat's cost model may keep the einsum
+        assert c.report.ops_after.get("einsum", 0) == 0
+
+
+@pytest.mark.xfail(strict=True, reason="known bug, not fixed here: einsum_to_pointwise_pass multiplies and sums "
+                   "in bf16 (as upstream); eager's matmul rounds once, so under cancellation an element differs "
+                   "by more than bf16's tolerance (decompose_mm_pass computes in float32 for this reason)")
+def test_einsum_to_pointwise_bf16_matches_eager_under_cancellation():
+    """Found by the einsum soundness case with other draws: ``m @ m.t()`` of a 5x5 bf16 matrix as an einsum."""
+    m = torch.tensor([[-0.0767, 0.3594, -0.7812, 0.0713, 0.6641], [-0.2871, 1.6172, -1.5938, -0.0518, 0.6094],
+                      [0.7617, -0.0337, -0.3457, 0.4941, -0.0776], [-1.8047, -0.4766, 0.2051, 0.3379, 1.3516],
+                      [0.3730, 0.0134, 0.7734, -0.1094, -0.2715]], dtype=torch.bfloat16)
+
+    def fn(m):
+        return torch.einsum("ij,jk->ik", m, m.t())
+
+    check(fn, [m], "greedy", source="fx", patterns=["normalization_pass", "einsum_to_pointwise_pass"])
+
+
 def test_eqsat_cost_model_prefers_one_batched_op():
     """The cost model pays launches: one bmm plus its stacks is cheaper than six linears."""
     from optimus_eq.cost import GPUCostModel

@@ -110,6 +110,14 @@ def is_static_tensor(val) -> bool:
     return isinstance(val, torch.Tensor) and all(isinstance(s, int) for s in val.shape)
 
 
+def einsum_operands(args: tuple) -> tuple:
+    """``(equation, operands)`` of the positional arguments of ``torch.einsum``, spelled
+    ``(equation, a, b, ...)`` or ``(equation, [a, b, ...])`` (an FX node's or a Recipe's ``args``)."""
+    if len(args) == 2 and isinstance(args[1], (list, tuple)):
+        return args[0], tuple(args[1])
+    return (args[0] if args else None), tuple(args[1:])
+
+
 def _norm_dim(dim, rank: int) -> int:
     if not isinstance(dim, int) or isinstance(dim, bool):
         raise Unsupported(f"dim {dim!r} is not an int")
@@ -379,7 +387,7 @@ class Translator:
         if name == "getitem":
             return self._getitem(node, val)
         if name == "einsum":  # einsum(equation, a, b) or einsum(equation, [a, b]): a pure op of two tensors
-            operands = args[1:] if len(args) != 2 or not isinstance(args[1], (list, tuple)) else args[1]
+            _, operands = einsum_operands(args)
             if node.kwargs or len(operands) != 2 or not all(isinstance(a, Node) for a in operands):
                 raise Unsupported("einsum with other than two tensor operands")
             return self._pure(node, name, val)

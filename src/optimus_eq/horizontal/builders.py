@@ -361,17 +361,15 @@ def einsum_parts(m):
     Every letter appears once per operand (no diagonal), no ellipsis, i and o are not in P, and the
     static sizes of the letters shared by x, w and the output agree.
     """
-    from optimus_bridge.translate import Slot
+    from optimus_bridge.translate import Slot, einsum_operands
 
     r = m.recipe
     if m.op != "Apply" or r.name != "einsum" or r.op != "call_function" or r.kwargs or len(m.inputs) != 2:
         raise ValueError("not a two-operand einsum")
-    args = r.args
-    if len(args) == 2 and isinstance(args[1], (list, tuple)):
-        args = (args[0], *args[1])
-    if len(args) != 3 or not isinstance(args[0], str) or args[1:] != (Slot(0), Slot(1)):
+    eq, operands = einsum_operands(r.args)
+    if not isinstance(eq, str) or operands != (Slot(0), Slot(1)):
         raise ValueError("spelling")
-    eq = args[0].replace(" ", "")
+    eq = eq.replace(" ", "")
     if "." in eq or "->" not in eq:
         raise ValueError("implicit output or ellipsis")
     lhs, out = eq.split("->")
