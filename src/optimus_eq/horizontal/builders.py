@@ -415,16 +415,10 @@ def _eager_layout(w, m):
     """The permutation ``perm`` with ``value == value.permute(perm).contiguous().permute(inverse)`` in
     eager's layout (dims by decreasing stride), None when eager's value is contiguous; raise ValueError
     when it is not dense (overlapping or with gaps) or unknown."""
-    strides = None
-    for n, tid in w.tr.node_id.items():
-        if w.view.node_of.get(tid) == m.cls:
-            val = n.meta.get("val", n.meta.get("example_value"))
-            if isinstance(val, torch.Tensor):
-                strides = (tuple(val.shape), tuple(val.stride()))
-                break
-    if strides is None:
+    val = w.eager_value(m.cls)
+    if val is None:
         raise ValueError("no eager strides")
-    shape, stride = strides
+    shape, stride = tuple(val.shape), tuple(val.stride())
     if m.eager_contiguous:
         return None
     perm = sorted(range(len(shape)), key=lambda d: (-stride[d], d))

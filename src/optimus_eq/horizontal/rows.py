@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import torch
+
 from optimus_eq.terms import MAX_RANK
 
 _TERM_RELATIONS = ("LeafIn", "ApplyIn", "NarrowIn", "SelectIn", "CatIn", "UnsqueezeIn", "ReshapeIn",
@@ -51,6 +53,19 @@ class RowWriter:
         for tid, c in view.node_of.items():
             self._handle.setdefault(c, tid)
         self._vecs: dict[tuple, int] = {}
+        self._eager: dict | None = None
+
+    def eager_value(self, cls):
+        """Eager's value (the tensor in ``node.meta``: ``val`` or ``example_value``) of the first translated
+        FX node in e-class ``cls``, or None. One pass over the graph, on the first call."""
+        if self._eager is None:
+            self._eager = {}
+            for n, tid in self.tr.node_id.items():
+                c = self.view.node_of.get(tid)
+                val = n.meta.get("val", n.meta.get("example_value"))
+                if c is not None and isinstance(val, torch.Tensor):
+                    self._eager.setdefault(c, val)
+        return self._eager.get(cls)
 
     # -- primitives ------------------------------------------------------------------------------------
     def _new(self, relation: str, *cols) -> int:
