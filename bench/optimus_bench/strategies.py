@@ -29,12 +29,10 @@ from typing import Any, Callable
 
 import torch
 
+from optimus_eq.options import optimus_fusion_options  # the inductor-optimus strategy's options (also the demo's)
+
 #: Names the issue plans (TASO- and TENSAT-style searches) that may not be registered yet.
 PLANNED = ("taso", "tensat")
-
-#: Pass names listed in split_cat.py that are not Optimus split/cat or batch fusions (they come from
-#: decompose_mem_bound_mm.py and pad_mm.py and only register their names there); left off.
-_NOT_OPTIMUS = frozenset({"decompose_mm_pass", "pad_aten_mm_pass", "shape_padding_multiplier"})
 
 #: The torch.compile mode that turns on CUDA graphs.
 CUDAGRAPHS_MODE = "reduce-overhead"
@@ -88,29 +86,6 @@ class Strategy:
                                                                  **{**self.backend_options, **(optimus_options or {})}),
                              mode=self.mode,
                              options=options)
-
-
-def optimus_fusion_options() -> tuple[dict[str, dict], dict[str, dict]]:
-    """Every Optimus option of the installed torch: ``(pre_grad_fusion_options, post_grad_fusion_options)``.
-
-    Read from torch/_inductor/fx_passes/group_batch_fusion.py (``PRE_GRAD_FUSIONS``,
-    ``POST_GRAD_FUSIONS``: batch_linear, batch_layernorm, batch_relu, ...) and split_cat.py
-    (``PRE_GRAD_PATTERNS``, ``POST_GRAD_PATTERNS``: normalization_pass, merge_splits_pass, ...), each with
-    default options (``{}``), minus the few non-Optimus names in ``_NOT_OPTIMUS``. Group fusions
-    (``GroupFusion`` subclasses such as ``group_linear``, which emit ``torch.ops.fbgemm.gmm``) get
-    ``{"require_fbgemm": True}``, so Inductor runs them only where fbgemm_gpu is installed.
-    """
-    from torch._inductor.fx_passes import group_batch_fusion as gbf
-    from torch._inductor.fx_passes import split_cat
-
-    pre = {n: {} for n in [*gbf.PRE_GRAD_FUSIONS, *split_cat.PRE_GRAD_PATTERNS] if n not in _NOT_OPTIMUS}
-    post = {n: {} for n in [*gbf.POST_GRAD_FUSIONS, *split_cat.POST_GRAD_PATTERNS] if n not in _NOT_OPTIMUS}
-    for name, cls in gbf.POST_GRAD_FUSIONS.items():
-        # group fusions (group_linear) emit torch.ops.fbgemm.gmm: Inductor applies them only where fbgemm is
-        # installed when the option says so; without it, training graphs fail in Inductor (seen on the H200)
-        if name in post and isinstance(cls, type) and issubclass(cls, gbf.GroupFusion):
-            post[name] = {"require_fbgemm": True}
-    return pre, post
 
 
 def available() -> dict[str, Strategy]:

@@ -225,7 +225,7 @@ def run_demo(
 
     `strategy="builtin"` compiles with plain Inductor and every built-in Optimus pass of the installed
     torch turned on (`pre_grad_fusion_options` / `post_grad_fusion_options`, as
-    `optimus_bench.strategies.optimus_fusion_options` lists them): the passes optimus-eq reimplements.
+    `optimus_eq.options.optimus_fusion_options` lists them): the passes optimus-eq reimplements.
 
     Returns a dict with: strategy, device, nodes_before/nodes_after (FX nodes of the Dynamo graph before
     and after the optimizer), junk_before/junk_after (split/chunk/cat/stack/unbind nodes), kernels
@@ -266,7 +266,7 @@ def run_demo(
     try:
         with cache, torch._inductor.config.patch(patches), torch.no_grad():
             if strategy == "builtin":
-                from optimus_bench.strategies import optimus_fusion_options
+                from optimus_eq.options import optimus_fusion_options
 
                 pre, post = optimus_fusion_options()
                 compiled = torch.compile(model, options={"pre_grad_fusion_options": pre,

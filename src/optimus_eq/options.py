@@ -84,6 +84,35 @@ def upstream_names(level: str) -> frozenset[str]:
     return frozenset(names)
 
 
+#: Pass names listed in split_cat.py that are not Optimus split/cat or batch fusions (they come from
+#: decompose_mem_bound_mm.py and pad_mm.py and only register their names there); left off.
+_NOT_OPTIMUS = frozenset({"decompose_mm_pass", "pad_aten_mm_pass", "shape_padding_multiplier"})
+
+
+def optimus_fusion_options() -> tuple[dict[str, dict], dict[str, dict]]:
+    """Every Optimus option of the installed torch: ``(pre_grad_fusion_options, post_grad_fusion_options)``,
+    the built-in passes all on (the demo's ``builtin`` column, the bench's ``inductor-optimus`` strategy).
+
+    Read from torch/_inductor/fx_passes/group_batch_fusion.py (``PRE_GRAD_FUSIONS``,
+    ``POST_GRAD_FUSIONS``: batch_linear, batch_layernorm, batch_relu, ...) and split_cat.py
+    (``PRE_GRAD_PATTERNS``, ``POST_GRAD_PATTERNS``: normalization_pass, merge_splits_pass, ...), each with
+    default options (``{}``), minus the few non-Optimus names in ``_NOT_OPTIMUS``. Group fusions
+    (``GroupFusion`` subclasses such as ``group_linear``, which emit ``torch.ops.fbgemm.gmm``) get
+    ``{"require_fbgemm": True}``, so Inductor runs them only where fbgemm_gpu is installed.
+    """
+    from torch._inductor.fx_passes import group_batch_fusion as gbf
+    from torch._inductor.fx_passes import split_cat
+
+    pre = {n: {} for n in [*gbf.PRE_GRAD_FUSIONS, *split_cat.PRE_GRAD_PATTERNS] if n not in _NOT_OPTIMUS}
+    post = {n: {} for n in [*gbf.POST_GRAD_FUSIONS, *split_cat.POST_GRAD_PATTERNS] if n not in _NOT_OPTIMUS}
+    for name, cls in gbf.POST_GRAD_FUSIONS.items():
+        # group fusions (group_linear) emit torch.ops.fbgemm.gmm: Inductor applies them only where fbgemm is
+        # installed when the option says so; without it, training graphs fail in Inductor (seen on the H200)
+        if name in post and isinstance(cls, type) and issubclass(cls, gbf.GroupFusion):
+            post[name] = {"require_fbgemm": True}
+    return pre, post
+
+
 def select_from_options(registry: PatternRegistry, fusion_options: Mapping, level: str) -> list[Pattern]:
     """The patterns named in ``fusion_options`` (an Optimus option dictionary for ``level``) and those
     of :data:`UPSTREAM_SCOPE` that do part of a named built-in pass's job, in registry order, each
