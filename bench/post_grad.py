@@ -4,7 +4,9 @@ A model with the split/cat junk that survives into the Aten-IR graphs (split -> 
 cat, unbind -> stack, split -> view -> cat, and their backward: cats of slices, slice_scatters) is
 compiled four ways: plain Inductor, optimus_eq before AOTAutograd only (``pre_grad``), only as the
 post-grad custom pass (``post_grad``), and both. For each: max error against eager (outputs and input
-gradients), device kernels per forward+backward step (torch.profiler), and the median time of a step.
+gradients), kernels per forward+backward step (:func:`optimus_eq.kernels.count_kernels`, as the bench
+counts them: on CPU the generated C++ kernels and extern calls of the compiled graphs plus the eager ops
+of the loss and autograd), and the median time of a step.
 
     python bench/post_grad.py [--device cuda] [--fields 64] [--dim 32] [--batch 4096] [--strategy eqsat]
     python bench/post_grad.py --counts [--fields 64] [--dim 32]     # no compile: graph sizes only
@@ -24,6 +26,7 @@ import time
 import torch
 
 import optimus_eq
+from optimus_eq.kernels import count_kernels
 
 
 class FieldModel(torch.nn.Module):
@@ -49,19 +52,6 @@ def _step(model, x, y):
     return out, grads
 
 
-def _kernels(fn, device) -> int:
-    from torch.profiler import ProfilerActivity, profile
-
-    acts = [ProfilerActivity.CUDA] if device == "cuda" else [ProfilerActivity.CPU]
-    with profile(activities=acts) as prof:
-        fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
-    if device == "cuda":
-        return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
-    return sum(1 for e in prof.events() if e.name.startswith(("cpp_fused", "aten::")))
-
-
 def run(args) -> None:
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
@@ -71,6 +61,8 @@ def run(args) -> None:
     functorch_config.enable_autograd_cache = False
     torch.manual_seed(0)
     dev = args.device
+    if dev == "cpu":
+        inductor_config.cpp.enable_kernel_profile = True  # makes generated C++ kernels visible to the profiler
     model = FieldModel(args.fields, args.dim).to(dev)
     x = torch.randn(args.batch, args.fields * args.dim, device=dev, requires_grad=True)
     y = torch.randn(args.batch, args.fields, args.dim, device=dev, requires_grad=True)
@@ -94,7 +86,7 @@ def run(args) -> None:
         out, grads = _step(compiled, x, y)  # compiles forward and backward
         err_o = max((a.float() - b.float()).abs().max().item() for a, b in zip(out, ref_out))
         err_g = max((a.float() - b.float()).abs().max().item() for a, b in zip(grads, ref_grads))
-        kernels = _kernels(lambda: _step(compiled, x, y), dev)
+        kernels = count_kernels(lambda: _step(compiled, x, y), dev)["kernels"]
         times = []
         for _ in range(args.reps):
             if dev == "cuda":

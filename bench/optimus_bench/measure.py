@@ -21,36 +21,9 @@ from torch import nn
 
 from optimus_bench.models.base import BenchCase
 from optimus_bench.strategies import Strategy
+from optimus_eq.kernels import count_kernels
 
 MODES = ("inference", "train")
-
-# Profiler events that allocate, alias or only change metadata: no kernel runs.
-_NO_KERNEL = frozenset({
-    "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::as_strided", "aten::view", "aten::alias",
-    "aten::_reinterpret_tensor", "aten::detach", "aten::detach_", "aten::resize_", "aten::t", "aten::transpose",
-    "aten::permute", "aten::expand", "aten::unsqueeze", "aten::squeeze", "aten::select", "aten::slice",
-    "aten::narrow", "aten::split", "aten::split_with_sizes", "aten::unbind", "aten::chunk", "aten::flatten",
-    "aten::unflatten", "aten::_unsafe_view", "aten::lift_fresh", "aten::resolve_conj", "aten::resolve_neg",
-    "aten::numpy_T", "aten::expand_as", "aten::view_as", "aten::movedim", "aten::unfold", "aten::set_",
-})
-# Ops that copy only when their children do (a no-op ``to``/``reshape``/``contiguous`` runs no kernel).
-_MAYBE_COPY = frozenset({"aten::to", "aten::reshape", "aten::contiguous", "aten::type_as", "aten::clone"})
-_COPIES = ("aten::copy_", "aten::_to_copy", "aten::clone", "aten::_unsafe_view")
-_COMPILED_GRAPH = "## Call CompiledFxGraph"
-# CPU-side CUDA runtime/driver calls that put work on the GPU.
-_LAUNCH_APIS = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
-                          "cudaGraphLaunch", "cudaMemcpyAsync", "cudaMemsetAsync", "cudaLaunchCooperativeKernel"})
-
-KERNEL_NOTES = {
-    "cuda": "kernels: GPU activities (kernels, memcpy, memset) of one iteration, counted with torch.profiler "
-            "(CUDA graph replays included: their kernels still run); launches: the CPU-side CUDA launch calls "
-            "of one iteration (a graph replay is one cudaGraphLaunch).",
-    "cpu": "kernels (cpu): the ops one iteration runs, counted with torch.profiler: Inductor's generated C++ "
-           "kernels and the extern ATen calls of compiled graphs (compiled with cpp.enable_kernel_profile), "
-           "plus top-level ATen ops outside compiled graphs (eager, loss, graph breaks, autograd of eager "
-           "ops); views, allocations and no-op copies are not counted.",
-}
-
 
 class TrainStep(nn.Module):
     """``forward(*inputs, labels) -> (loss, output)``: the model and its loss, compiled together."""
@@ -221,54 +194,6 @@ def _cudagraph_skips() -> int:
     from torch._dynamo.utils import counters
 
     return int(counters["inductor"].get("cudagraph_skips", 0))
-
-
-def count_kernels(step: Callable[[], Any], device: str) -> dict[str, int]:
-    """Kernels one call of ``step`` runs, counted with torch.profiler (see ``KERNEL_NOTES``).
-
-    Returns ``{"kernels": n}`` and on CUDA also ``{"launches": n}``.
-    """
-    from torch.profiler import ProfilerActivity, profile
-
-    from optimus_eq.demo import _without_kineto_noise
-
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
-    _sync(device)
-    with _without_kineto_noise(), profile(activities=acts) as prof:
-        step()
-        _sync(device)
-    events = prof.events()
-    if device == "cuda":
-        dev = sum(1 for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
-        launches = sum(1 for e in events if e.device_type != torch.autograd.DeviceType.CUDA and e.name in _LAUNCH_APIS)
-        return {"kernels": dev, "launches": launches}
-    return {"kernels": sum(1 for e in events if _is_cpu_kernel(e))}
-
-
-def _is_cpu_kernel(e) -> bool:
-    parent = e.cpu_parent
-    if parent is not None and parent.name.startswith(_COMPILED_GRAPH):
-        if e.name in _NO_KERNEL:
-            return False
-        return e.name not in _MAYBE_COPY or _has_copy_child(e)
-    if not e.name.startswith("aten::") or e.name in _NO_KERNEL:
-        return False
-    a = parent
-    while a is not None:  # nested inside another op: that op was counted
-        if a.name.startswith("aten::") or a.name.startswith(_COMPILED_GRAPH):
-            return False
-        a = a.cpu_parent
-    return e.name not in _MAYBE_COPY or _has_copy_child(e)
-
-
-def _has_copy_child(e) -> bool:
-    stack = list(e.cpu_children)
-    while stack:
-        c = stack.pop()
-        if c.name in _COPIES:
-            return True
-        stack.extend(c.cpu_children)
-    return False
 
 
 def _sum_or_none(values) -> float | None:

@@ -25,6 +25,7 @@ import torch._inductor.utils as inductor_utils
 from optimus_bench import measure, output
 from optimus_bench.models import MODELS, ModelUnavailable, build
 from optimus_bench.strategies import Strategy, resolve
+from optimus_eq.kernels import KERNEL_NOTES
 
 DEFAULT_MODELS = tuple(MODELS)
 DEFAULT_STRATEGIES = ("eager", "inductor", "inductor-cudagraphs", "inductor-optimus", "greedy", "eqsat",
@@ -170,7 +171,7 @@ def run_matrix(models: list[str], strategies: list[str], modes: list[str], devic
                    "argv": argv, "cost_model": cost_constants},
         "strategies": {s.name: {"kind": s.kind, "description": s.description, "mode": s.mode,
                                 "inductor_options": s.inductor_options} for s in chosen},
-        "kernel_note": measure.KERNEL_NOTES[device],
+        "kernel_note": KERNEL_NOTES[device],
         "models": {},
         "cells": [],
     }

@@ -8,27 +8,18 @@ The command-line tool (`optimus-eq demo`) prints the results side by side.
 from __future__ import annotations
 
 import contextlib
-import os
-import re
 import statistics
-import sys
-import tempfile
 import time
-import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
+from optimus_eq.kernels import count_kernels
+
 # Op kinds (as the report names them) that count as split/cat "junk".
 JUNK_OPS = ("split", "split_with_sizes", "tensor_split", "chunk", "cat", "concat", "stack", "unbind")
-
-# Profiler events under a compiled graph that allocate or alias memory but run no kernel.
-_NOT_KERNELS = frozenset(
-    {"aten::empty", "aten::empty_strided", "aten::as_strided", "aten::view", "aten::alias",
-     "aten::_reinterpret_tensor", "aten::detach", "aten::resize_"}
-)
 
 
 class DemoModel(nn.Module):
@@ -91,61 +82,6 @@ def junk_count(ops: Mapping[str, int] | None) -> int | None:
     if ops is None:
         return None
     return sum(int(ops.get(k, 0)) for k in JUNK_OPS)
-
-
-# Kineto's C++ logger writes these to fd 2 on every profile, whatever KINETO_LOG_LEVEL says.
-_KINETO_LINE = re.compile(r"^(USDT|STAGE|INFO):\d{4}-\d\d-\d\d [^\]]*\.cpp:\d+\]")
-
-
-@contextlib.contextmanager
-def _without_kineto_noise():
-    """Run the block with fd 2 captured, then pass on everything but Kineto's log lines."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as tmp, warnings.catch_warnings():
-        # torch 2.11 warns once per process that the profiler "clears events at the end of each cycle"
-        warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
-        os.dup2(tmp.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            tmp.seek(0)
-            for line in tmp.read().decode(errors="replace").splitlines(keepends=True):
-                if not _KINETO_LINE.match(line):
-                    sys.stderr.write(line)
-            sys.stderr.flush()
-
-
-def count_kernels(fn: Callable[[], Any], device: str) -> int:
-    """Kernels one call of `fn` runs, counted with torch.profiler.
-
-    cuda: the device activities (kernels, memcpy, memset) of one call.
-    cpu: the calls a compiled graph makes directly: Inductor's generated C++ kernels (visible because
-    the demo compiles with `cpp.enable_kernel_profile`) plus extern ATen ops such as addmm; buffer
-    allocation and views are not counted.
-    """
-    from torch.profiler import ProfilerActivity, profile
-
-    if device == "cuda":
-        torch.cuda.synchronize()
-        with _without_kineto_noise(), profile(
-            activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]
-        ) as prof:
-            fn()
-            torch.cuda.synchronize()
-        return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
-    with _without_kineto_noise(), profile(activities=[ProfilerActivity.CPU]) as prof:
-        fn()
-    return sum(
-        1
-        for e in prof.events()
-        if e.cpu_parent is not None
-        and e.cpu_parent.name.startswith("## Call CompiledFxGraph")
-        and e.name not in _NOT_KERNELS
-    )
 
 
 def _sum_dicts(dicts: Iterable[Mapping[str, int]]) -> dict[str, int]:
@@ -229,7 +165,7 @@ def run_demo(
 
     Returns a dict with: strategy, device, nodes_before/nodes_after (FX nodes of the Dynamo graph before
     and after the optimizer), junk_before/junk_after (split/chunk/cat/stack/unbind nodes), kernels
-    (per iteration, see `count_kernels`), ms and ms_min (median and fastest of `iters` runs after
+    (per iteration, see `optimus_eq.kernels.count_kernels`), ms and ms_min (median and fastest of `iters` runs after
     `warmup`), compile_s (the
     first call: Dynamo, the optimizer and Inductor), optimize_s (the optimizer's own time), outputs_match,
     max_abs_diff, patterns_fired, fallback, error (a string when something raised; then most numbers are
@@ -300,7 +236,7 @@ def run_demo(
                 samples.append((time.perf_counter() - t0) * 1e3)
             result["ms"] = statistics.median(samples)
             result["ms_min"] = min(samples)
-            result["kernels"] = count_kernels(lambda: compiled(*inputs), device)
+            result["kernels"] = count_kernels(lambda: compiled(*inputs), device)["kernels"]
     except Exception as e:  # report it in the table; the CLI exits non-zero
         result["error"] = f"{type(e).__name__}: {e}"
         result.setdefault("outputs_match", False)
