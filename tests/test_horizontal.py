@@ -359,9 +359,6 @@ def test_einsum_with_listed_operands_becomes_pointwise(strategy, source):
         assert c.report.ops_after.get("einsum", 0) == 0
 
 
-@pytest.mark.xfail(strict=True, reason="known bug, not fixed here: einsum_to_pointwise_pass multiplies and sums "
-                   "in bf16 (as upstream); eager's matmul rounds once, so under cancellation an element differs "
-                   "by more than bf16's tolerance (decompose_mm_pass computes in float32 for this reason)")
 def test_einsum_to_pointwise_bf16_matches_eager_under_cancellation():
     """Found by the einsum soundness case with other draws: ``m @ m.t()`` of a 5x5 bf16 matrix as an einsum."""
     m = torch.tensor([[-0.0767, 0.3594, -0.7812, 0.0713, 0.6641], [-0.2871, 1.6172, -1.5938, -0.0518, 0.6094],
