@@ -253,15 +253,16 @@ split_cat_pass = Pattern(
     + tuple(_cat_other_dim_rule(d, full) for d in range(MAX_RANK - 1) for full in (True, False)),
     doc="""A cat of all split pieces of x in order, along the split dim, is x itself; extra cat inputs
     before or after the run stay. A cat that holds only equal split pieces in order, along another dim,
-    is one unflatten / movedim / flatten of x (upstream's merge_split_cat, ``get_transform_params``).
+    is one unflatten / movedim / flatten of x (upstream: torch/_inductor/fx_passes/split_cat.py,
+    ``SplitCatSimplifier.get_transform_params``).
 
     a, b, c = torch.split(x, [2, 3, 4], 1); torch.cat([y, a, b, c], 1)  =>  torch.cat([y, x], 1)
     torch.cat([b, a], 1)  =>  unchanged (permuted)
     x: [B, 8 * 4, H, W];  torch.cat(torch.split(x, 4, 1), 2)
         =>  x.reshape(B, 8, 4, H, W).permute(0, 2, 1, 3, 4).reshape(B, 4, 8 * H, W)
     (a copy, like the cat it replaces: one kernel either way. Only when the pieces are the whole cat: with
-    other inputs the flatten would be a copy more, which upstream pays and we do not. Equal pieces of a
-    part of x are narrowed first: x[:, 4:12] of the same x as above.)
+    other inputs the flatten would be a copy more, which upstream pays and we do not. A run over part of
+    x, e.g. pieces 1 and 2 of the 8 above, starts from the narrow x[:, 4:12].)
     """,
 )
 

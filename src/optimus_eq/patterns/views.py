@@ -6,9 +6,6 @@ from optimus_eq.patterns.registry import Pattern, Rule
 from optimus_eq.patterns.split_cat import run_base, unflatten_shape
 from optimus_eq.terms import MAX_RANK
 
-_PERMUTE_IDENTITY = Rule("fold_view_chain/permute_identity", "(Permute x p)", "x",
-                         ("(= sh (shape x))", "(= p (MovePerm (vec-length sh) 0 0))"))
-
 fold_view_chain = Pattern(
     name="fold_view_chain",
     levels=("pre_grad", "post_grad"),
@@ -17,13 +14,10 @@ fold_view_chain = Pattern(
         Rule("fold_view_chain/reshape_reshape", "(Reshape (Reshape x a) b)", "(Reshape x b)", ("(= sh (shape x))",)),
         Rule("fold_view_chain/reshape_unsqueeze", "(Reshape (Unsqueeze x d) b)", "(Reshape x b)", ("(= sh (shape x))",)),
         Rule("fold_view_chain/reshape_same", "(Reshape x sh)", "x", ("(= sh (shape x))",)),
-        _PERMUTE_IDENTITY,
     ),
-    doc="""A reshape of a reshape is one reshape; a reshape to the same shape, or a permute that keeps
-    every dim in place, is the tensor itself.
+    doc="""A reshape of a reshape is one reshape; a reshape to the same shape is the tensor itself.
 
     x: [B, N*D];  x.view(B, N, D).flatten(1)  =>  x
-    x.permute(0, 1, 2)  =>  x
     """,
 )
 
