@@ -281,7 +281,18 @@ def test_cat_dim_differs_from_split_dim(strategy):
         return torch.cat([a, b], 0)
 
     r = check(f, [rand(3, 4)], strategy).report
-    assert ops(r, "cat") == 1
+    # equal pieces, the whole cat: x.view(3, 2, 2).permute(1, 0, 2).reshape(6, 2), one copy for the cat
+    assert ops(r, "cat") == 0 and r.patterns_fired["split_cat_pass"] > 0, dict(r.ops_after)
+
+
+def test_cat_of_pieces_along_another_dim_out_of_order_stays(strategy):
+    """Pieces in another order, or with a gap, are no view of one unflatten of x."""
+    def f(x):
+        a, b, c, d = torch.split(x, 1, 1)
+        return torch.cat([b, a], 0), torch.cat([a, c], 0)
+
+    r = check(f, [rand(3, 4)], strategy).report
+    assert ops(r, "cat") == 2 and not r.patterns_fired["split_cat_pass"], dict(r.patterns_fired)
 
 
 def test_cat_negative_dim_matches_positive_split_dim(strategy):

@@ -45,6 +45,12 @@ Analyses (run with every pattern, see :data:`ANALYSIS_RULES`):
 * ``(CatOffset L C d o)``: for a list ``L`` that some narrow along ``d`` reads as ``Narrow(Cat(L), d, ..)``,
   the cell ``C`` of ``L`` starts at offset ``o`` along ``d``. Seeded only by narrowed cats, so a cat of n
   inputs costs n rows, and a narrow finds the input it starts at by an equality join on ``o``.
+* ``(OtherRunEnd L x d c l s)`` / ``(OtherRunRest L x d c l s e)``: the runs of ``RunEnd`` for a list along
+  ``c`` whose cells are narrows of x along another dim ``d != c``, all of one length ``l > 0`` (the pieces
+  of an equal split concatenated along another dim), starting at ``s``; same pointer jumping.
+* ``(ReshapeRunEnd L x d c l v s)`` / ``(ReshapeRunRest L x d c l v s e)``: likewise for a stack along ``c``
+  whose cells are ``Unsqueeze(Reshape(Narrow(x, d, s, l, n), v), c)``: equal split pieces each reshaped to
+  the same shape ``v`` and stacked (upstream's move_reshape_out_of_split_stack).
 """
 
 from __future__ import annotations
@@ -74,6 +80,10 @@ SCHEMA = """
 (function RunEnd (TL T i64 i64) i64 :merge (max old new))
 (constructor RunRest (TL T i64 i64 i64) TL)
 (relation CatOffset (TL TL i64 i64))
+(function OtherRunEnd (TL T i64 i64 i64 i64) i64 :merge (max old new))
+(constructor OtherRunRest (TL T i64 i64 i64 i64 i64) TL)
+(function ReshapeRunEnd (TL T i64 i64 i64 IVec i64) i64 :merge (max old new))
+(constructor ReshapeRunRest (TL T i64 i64 i64 IVec i64 i64) TL)
 (ruleset analysis)
 """ + "".join(f"(relation Vec{k}In ({' '.join(['i64'] * (k + 1))}))\n" for k in range(9)) + """
 (function VecOf (i64) IVec :merge old)
@@ -183,4 +193,18 @@ ANALYSIS_RULES = """
        (= e2 (RunEnd R x d e)) (> e2 e) (= R2 (RunRest R x d e e2)))
       ((set (RunEnd L x d s) e2) (union (RunRest L x d s e2) R2))
       :ruleset analysis :name "run/jump")
+(rule ((= L (Cons c (Narrow x d s l n) R)) (!= c d) (> l 0))
+      ((set (OtherRunEnd L x d c l s) (+ s l)) (union (OtherRunRest L x d c l s (+ s l)) R))
+      :ruleset analysis :name "otherrun/head")
+(rule ((= e (OtherRunEnd L x d c l s)) (= R (OtherRunRest L x d c l s e))
+       (= e2 (OtherRunEnd R x d c l e)) (> e2 e) (= R2 (OtherRunRest R x d c l e e2)))
+      ((set (OtherRunEnd L x d c l s) e2) (union (OtherRunRest L x d c l s e2) R2))
+      :ruleset analysis :name "otherrun/jump")
+(rule ((= L (Cons c (Unsqueeze (Reshape (Narrow x d s l n) v) c) R)) (> l 0))
+      ((set (ReshapeRunEnd L x d c l v s) (+ s l)) (union (ReshapeRunRest L x d c l v s (+ s l)) R))
+      :ruleset analysis :name "reshaperun/head")
+(rule ((= e (ReshapeRunEnd L x d c l v s)) (= R (ReshapeRunRest L x d c l v s e))
+       (= e2 (ReshapeRunEnd R x d c l v e)) (> e2 e) (= R2 (ReshapeRunRest R x d c l v e e2)))
+      ((set (ReshapeRunEnd L x d c l v s) e2) (union (ReshapeRunRest L x d c l v s e2) R2))
+      :ruleset analysis :name "reshaperun/jump")
 """

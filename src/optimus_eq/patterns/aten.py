@@ -36,7 +36,7 @@ def _runs(prefix: str) -> tuple[Rule, ...]:
     one input is that input; the view the fold leaves folds into the view after it (split_cat_pass,
     merge_getitem_cat_pass, mutate_cat_pass, fold_view_chain: Aten-IR spells a stack as cat + view, so
     greedy, which never revisits fold_view_chain, needs the fold inside the pass)."""
-    return renamed(prefix, split_cat.split_cat_pass.rules + split_cat.merge_getitem_cat_pass.rules
+    return renamed(prefix, split_cat.split_cat_same_dim.rules + split_cat.merge_getitem_cat_pass.rules
                    + split_cat.mutate_cat_pass.rules + views.fold_view_chain.rules)
 
 

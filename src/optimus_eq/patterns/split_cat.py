@@ -14,6 +14,8 @@ source and sizes are checked by construction (a permuted cat, or pieces of two t
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from optimus_eq.patterns.registry import Pattern, Rule, renamed
 from optimus_eq.terms import MAX_RANK
 
@@ -206,16 +208,65 @@ unbind_cat_to_view_pass = Pattern(
     """,
 )
 
+_FULL_RUN = Rule("split_cat/full_run", _HEAD, "(Cons d x R2)", _RUN + ("(= s 0)", "(= e n)"))
+
+
+def unflatten_shape(dim: int, outer: str, inner: str) -> str:
+    """egglog text of the shape ``sh`` (any rank > ``dim``) with dim ``dim`` split into ``[outer, inner]``:
+    the target of ``x.unflatten(dim, (outer, inner))``. egglog's vectors have no insert, so the sizes after
+    ``dim`` are ``sh`` with its first ``dim + 1`` entries removed."""
+    head = " ".join([f"(vec-get sh {i})" for i in range(dim)] + [outer, inner])
+    tail = "sh"
+    for _ in range(dim + 1):
+        tail = f"(vec-remove {tail} 0)"
+    return f"(vec-append (vec-of {head}) {tail})"
+
+
+def run_base(dim: int, full: bool) -> tuple[str, tuple[str, ...]]:
+    """The tensor that a run ``s..e`` of pieces of x along ``dim`` covers, and the guard of that variant:
+    x itself when the run is all of x (so that no full narrow is left for another pattern to remove),
+    else ``x.narrow(dim, s, e - s)``."""
+    if full:
+        return "x", ("(= s 0)", "(= e n)")
+    return f"(Narrow x {dim} s (- e s) n)", ("(!= (- e s) n)",)
+
+
+def _cat_other_dim_rule(dim: int, full: bool) -> Rule:
+    """A cat along c != dim whose inputs are exactly the adjacent equal pieces x[.., s + i*l : s + (i+1)*l]
+    (i < m, m >= 2) of x along ``dim`` is ``x.narrow(dim, s, m*l).unflatten(dim, (m, l)).movedim(dim, c)
+    .flatten(c, c + 1)``: piece i is the unflattened view's select(dim, i) == (moved).select(c, i), and a
+    cat along c of a tensor's selects along c is its flatten of c and c + 1."""
+    m = "(/ (- e s) l)"
+    base, guard = run_base(dim, full)
+    return Rule(
+        f"split_cat/other_dim{dim}{'_whole' if full else ''}",
+        "(Cat L)",
+        f"(Reshape (Permute (Reshape {base} {unflatten_shape(dim, m, 'l')}) p) "
+        f"(vec-set (vec-set sh {dim} l) c (* {m} (vec-get sh c))))",
+        (f"(= L (Cons c (Narrow x {dim} s l n) R))", "(= sh (shape x))",
+         f"(= e (OtherRunEnd L x {dim} c l s))", f"(= (Nil) (OtherRunRest L x {dim} c l s e))", "(> e (+ s l))",
+         *guard, f"(= p (MovePerm (+ (vec-length sh) 1) {dim} c))"),
+    )
+
+
 split_cat_pass = Pattern(
     name="split_cat_pass",
     levels=("pre_grad",),
     kind="vertical",
-    rules=(Rule("split_cat/full_run", _HEAD, "(Cons d x R2)", _RUN + ("(= s 0)", "(= e n)")),),
+    rules=(_FULL_RUN,)
+    + tuple(_cat_other_dim_rule(d, full) for d in range(MAX_RANK - 1) for full in (True, False)),
     doc="""A cat of all split pieces of x in order, along the split dim, is x itself; extra cat inputs
-    before or after the run stay.
+    before or after the run stay. A cat that holds only equal split pieces in order, along another dim,
+    is one unflatten / movedim / flatten of x (upstream: torch/_inductor/fx_passes/split_cat.py,
+    ``SplitCatSimplifier.get_transform_params``).
 
     a, b, c = torch.split(x, [2, 3, 4], 1); torch.cat([y, a, b, c], 1)  =>  torch.cat([y, x], 1)
     torch.cat([b, a], 1)  =>  unchanged (permuted)
+    x: [B, 8 * 4, H, W];  torch.cat(torch.split(x, 4, 1), 2)
+        =>  x.reshape(B, 8, 4, H, W).permute(0, 2, 1, 3, 4).reshape(B, 4, 8 * H, W)
+    (a copy, like the cat it replaces: one kernel either way. Only when the pieces are the whole cat: with
+    other inputs the flatten would be a copy more, which upstream pays and we do not. A run over part of
+    x, e.g. pieces 1 and 2 of the 8 above, starts from the narrow x[:, 4:12].)
     """,
 )
 
@@ -244,11 +295,17 @@ mutate_cat_pass = Pattern(
     """,
 )
 
+#: split_cat_pass without its other-dim rules, for the patterns that reuse its run algebra (upstream's
+#: split_cat_to_slices and the post-grad split/cat passes fold cats along the split dim only).
+split_cat_same_dim = replace(split_cat_pass, rules=(_FULL_RUN,))
+
+
 split_cat_to_slices_pass = Pattern(
     name="split_cat_to_slices_pass",
     levels=("pre_grad",),
     kind="vertical",
-    rules=renamed("split_cat_to_slices", split_cat_pass.rules + merge_getitem_cat_pass.rules + mutate_cat_pass.rules),
+    rules=renamed("split_cat_to_slices", split_cat_same_dim.rules + merge_getitem_cat_pass.rules
+                  + mutate_cat_pass.rules),
     doc="""Consecutive split pieces inside a cat become one slice of the split's input (all pieces: the
     input itself); a cat left with one input is removed.
 
