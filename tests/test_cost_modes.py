@@ -196,3 +196,25 @@ def test_backend_prices_with_the_cudagraph_model_under_reduce_overhead(compile_k
     assert r.cost_model.split(" ")[0] == execution
     if explicit is not None:
         assert "launch 7 us" in r.cost_model  # the user's model, untouched
+
+
+def test_a_user_s_own_stack_of_weights_is_priced_with_its_gradient_copies():
+    """The input graph is priced by the same rules (``input_cost``): a model that itself stacks six
+    weights and feeds the transposed stack to ``bmm`` pays six AccumulateGrad copies, and the e-graph's
+    pricing of that same plan agrees with the input graph's."""
+    torch.manual_seed(0)
+    ws = torch.nn.ParameterList(torch.nn.Parameter(torch.randn(24, 16)) for _ in range(6))
+
+    def f(x):
+        return torch.bmm(x, torch.stack(list(ws)).permute(0, 2, 1))
+
+    x = rand(6, 8, 16, seed=1)
+    gm, ex = dynamo_graph(f, x)
+    train = GPUCostModel.cudagraph()
+    _, fwd = optimus_eq.optimize(gm, ex, cost_model=GPUCostModel.cudagraph(training=False))
+    _, r = optimus_eq.optimize(gm, ex, cost_model=train)
+    assert r.training
+    copies = 6 * train.grad_copy_cost(24 * 16)
+    bmm_backward = train.backward_cost("Apply", 6 * 8 * 24, [6 * 8 * 16, 6 * 24 * 16], 1, False)
+    assert r.cost_before - fwd.cost_before == pytest.approx(copies + bmm_backward, rel=1e-6)
+    assert r.cost_after == pytest.approx(r.cost_before, rel=1e-6)
