@@ -78,3 +78,31 @@ def test_bench_cli_refuses_a_missing_cost_model_file(tmp_path, capsys):
                      "--out", str(tmp_path), "--cost-model", str(tmp_path / "missing.json"), "--no-progress"])
     assert code == 2
     assert "--cost-model" in capsys.readouterr().err
+
+
+def test_bench_cudagraph_strategies_get_the_calibration_s_cudagraph_model():
+    """``cost_model_cudagraph`` (the runner's second model of one calibration) replaces ``cost_model`` for
+    the ``-cudagraphs`` strategies only."""
+    import torch
+
+    import optimus_eq
+    from optimus_bench.strategies import resolve
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x) + 1
+
+    options = {"cost_model": GPUCostModel(launch_us=11.0), "compile": False,
+               "cost_model_cudagraph": GPUCostModel.cudagraph(launch_us=1.5)}
+    seen = {}
+    for name in ("eqsat", "eqsat-cudagraphs"):
+        torch._dynamo.reset()
+        optimus_eq.last_reports.clear()
+        strategy = resolve([name])[0]
+        fn = strategy.compile(M(), options)
+        with torch.no_grad():
+            fn(torch.randn(4, 4))
+        seen[name] = optimus_eq.last_reports[-1].cost_model
+    assert seen["eqsat"].startswith("launch (launch 11 us")
+    assert seen["eqsat-cudagraphs"].startswith("cudagraph (launch 1.5 us")
+    assert "cost_model_cudagraph" in options  # the caller's dict is left alone

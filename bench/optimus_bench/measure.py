@@ -225,6 +225,8 @@ def _reports_summary(reports: list) -> dict[str, Any]:
         # None when a graph fell back or had nothing to estimate (compare with the measured ms)
         "cost_before_us": _sum_or_none(r.cost_before for r in reports),
         "cost_after_us": _sum_or_none(r.cost_after for r in reports),
+        # which cost model priced them (execution mode, constants, "training" when the backward was priced)
+        "cost_models": sorted({r.cost_model for r in reports if r.cost_model}),
         "patterns_fired": fired,
         "fallback": "; ".join(fallbacks) or None,
     }

@@ -129,7 +129,9 @@ def run_matrix(models: list[str], strategies: list[str], modes: list[str], devic
         warm_up: compile a tiny function first, so that no cell pays Dynamo's and Inductor's one-time
             start-up costs (10-20 s on two CPU cores).
         cost_model: a calibration JSON (``optimus-eq calibrate``) whose constants our strategies use
-            (``GPUCostModel.from_calibration``); default: the built-in constants.
+            (``GPUCostModel.from_calibration``; the ``-cudagraphs`` strategies get its CUDA-graph model when
+            the record has ``launch_us_cudagraph``); default: the built-in constants, and for the
+            ``-cudagraphs`` strategies the backend's CUDA-graph model.
 
     Returns the results dict (``environment``, ``config``, ``cells``; see ``bench/README.md``).
 
@@ -153,9 +155,13 @@ def run_matrix(models: list[str], strategies: list[str], modes: list[str], devic
 
         try:
             optimus_options["cost_model"] = GPUCostModel.from_calibration(cost_model)
+            record = json.loads(Path(cost_model).read_text())
         except (OSError, json.JSONDecodeError) as exc:
             raise ValueError(f"--cost-model {cost_model}: {exc}") from exc
         cost_constants = {k: getattr(optimus_options["cost_model"], k) for k in ("launch_us", "bytes_per_us")}
+        if record.get("launch_us_cudagraph"):  # the -cudagraphs strategies price kernels inside a replay
+            optimus_options["cost_model_cudagraph"] = GPUCostModel.from_calibration(record, execution="cudagraph")
+            cost_constants["launch_us_cudagraph"] = optimus_options["cost_model_cudagraph"].launch_us
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("--device cuda, but torch.cuda.is_available() is False")
     size = size or ("gpu" if device == "cuda" else "cpu")

@@ -73,8 +73,14 @@ class Strategy:
         """The callable to benchmark: ``module`` itself (eager) or ``torch.compile(module, ...)``.
 
         ``optimus_options`` go to :func:`optimus_eq.backend` (and so to ``optimize``) for our strategies,
-        e.g. ``{"cost_model": GPUCostModel.from_calibration(path)}``; other strategies ignore them.
+        e.g. ``{"cost_model": GPUCostModel.from_calibration(path)}``; other strategies ignore them. A
+        ``cost_model_cudagraph`` entry replaces ``cost_model`` for the CUDA-graph strategies (the runner
+        gives both execution modes of one calibration).
         """
+        optimus_options = dict(optimus_options or {})
+        cudagraph_model = optimus_options.pop("cost_model_cudagraph", None)
+        if self.cudagraphs and cudagraph_model is not None:
+            optimus_options["cost_model"] = cudagraph_model
         if self.kind == "eager":
             return module
         options = dict(self.inductor_options) or None

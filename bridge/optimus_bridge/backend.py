@@ -35,6 +35,11 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
     ``mode`` and ``options`` to a custom backend as keyword arguments, and they are applied like ``mode``
     and ``inductor_config`` here (``torch.compile``'s take precedence).
 
+    Cost model: unless ``options`` holds a ``cost_model``, the pre-grad ``optimize`` gets the CUDA-graph
+    model (:meth:`optimus_eq.cost.GPUCostModel.cudagraph`) when the compile uses CUDA graphs
+    (``mode="reduce-overhead"``, or ``triton.cudagraphs`` in the options or Inductor's config; see
+    :func:`cost_model_for`), else the default model. ``report.cost_model`` says which.
+
     If Inductor fails on the optimized graph, the original graph is compiled instead (one warning).
 
     Raises:
@@ -69,7 +74,10 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
     def optimus_eq_backend(gm, example_inputs, mode: str | None = None, options: dict | None = None):
         patches = _inductor_patches(mode or default_mode, {**base_patches, **(options or {})})
         if pre_grad:
-            optimized, report = optimize(gm, example_inputs, strategy=strategy, **optimize_options)
+            call_options = optimize_options
+            if "cost_model" not in optimize_options:
+                call_options = {**optimize_options, "cost_model": cost_model_for(patches)}
+            optimized, report = optimize(gm, example_inputs, strategy=strategy, **call_options)
         else:
             optimized, report = gm, None
         if optimized is not gm:
@@ -96,6 +104,26 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
             return compile_fx(gm, example_inputs, config_patches=patches)
 
     return optimus_eq_backend
+
+
+def uses_cudagraphs(patches: dict) -> bool:
+    """Whether Inductor will run the compiled graph as CUDA graphs: ``triton.cudagraphs`` in the config
+    patches (``mode="reduce-overhead"`` expands to it, see ``torch._inductor.list_mode_options``), else
+    Inductor's global config."""
+    if "triton.cudagraphs" in patches:
+        return bool(patches["triton.cudagraphs"])
+    import torch._inductor.config as inductor_config
+
+    return bool(inductor_config.triton.cudagraphs)
+
+
+def cost_model_for(patches: dict):
+    """The cost model for a compile with these Inductor config patches: the CUDA-graph model
+    (:meth:`optimus_eq.cost.GPUCostModel.cudagraph`: 2.3 us per kernel) when the graph will be replayed as
+    a CUDA graph, else the default (23.3 us per kernel launched)."""
+    from optimus_eq.cost import GPUCostModel
+
+    return GPUCostModel.cudagraph() if uses_cudagraphs(patches) else GPUCostModel()
 
 
 def _carry_dynamo_metadata(src, dst) -> None:

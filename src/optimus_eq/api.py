@@ -215,12 +215,44 @@ def _roots_and_forced(view: EGraphView, tr) -> tuple[list, set]:
     return roots, forced
 
 
-def _objective(tr, cost_model):
+def gradient_info(tr, level: str = "pre_grad"):
+    """Which terms of a translated graph require grad (:class:`optimus_eq.extract.grad.GradientInfo`), or
+    None when the graph will not be differentiated: no computed node's value requires grad (traced under
+    ``torch.no_grad``, or no input requires grad), or an Aten-IR graph (``post_grad``: AOTAutograd has
+    already split off the backward, which is optimized as a graph of its own)."""
+    from optimus_bridge.translate import meta_val
+
+    from optimus_eq.extract.grad import GradientInfo
+
+    if level != "pre_grad":
+        return None
+    grad, no_grad, params = set(), set(), {}
+    computed = False
+    for node, h in tr.node_id.items():
+        val = meta_val(node)
+        if not isinstance(val, torch.Tensor):
+            continue
+        if not val.requires_grad:
+            no_grad.add(h)
+            continue
+        grad.add(h)
+        if node.op == "placeholder" or node.op == "get_attr":
+            if val.is_leaf:
+                params[h] = val.numel() if all(isinstance(s, int) for s in val.shape) else None
+        else:
+            computed = True
+    if not computed:
+        return None
+    return GradientInfo(frozenset(grad), frozenset(no_grad), params)
+
+
+def _objective(tr, cost_model, gradients=None):
     """``egraph -> (DAG cost of its tree extraction, plan fingerprint)``, for searches that rank graphs."""
     from optimus_eq.ablation.taso import fingerprint
 
     def objective(egraph):
         view = EGraphView.from_egraph(egraph)
+        view.gradients = gradients
         roots, forced = _roots_and_forced(view, tr)
         ex = extract(view, roots, forced, cost_model, method="tree")
         return ex.dag_cost, fingerprint(view, roots, ex.choice)
@@ -242,13 +274,15 @@ class _Plans:
         tr: the bridge's Translation (roots, opaque keys).
         phases: ``optimize``'s phase stack (``"extract"`` is on top while a read or an extraction runs).
         cost_model, method, seconds, ilp_max_nodes: as :func:`optimus_eq.extract.extract`.
+        gradients: :func:`gradient_info` of the graph (None: forward only), given to every view.
 
     Call with an :class:`EGraph`; returns ``(EGraphView, Extraction)``. Raises RuntimeError on an
     inconsistent e-graph (``EGraphView.inconsistent``) or when a root has no acyclic plan.
     """
 
-    def __init__(self, tr, phases: list, cost_model, method: str, seconds: float, ilp_max_nodes: int) -> None:
-        self.tr, self.phases = tr, phases
+    def __init__(self, tr, phases: list, cost_model, method: str, seconds: float, ilp_max_nodes: int,
+                 gradients=None) -> None:
+        self.tr, self.phases, self.gradients = tr, phases, gradients
         self.cost_model, self.method, self.seconds, self.ilp_max_nodes = cost_model, method, seconds, ilp_max_nodes
         self.spent = 0.0       # seconds spent reading and extracting
         self.reads = 0         # e-graph reads done (the rest were reused)
@@ -261,6 +295,7 @@ class _Plans:
         self.phases.append("extract")
         t0 = time.perf_counter()
         view = EGraphView.from_egraph(egraph)
+        view.gradients = self.gradients
         if view.inconsistent:
             raise RuntimeError(f"inconsistent e-graph ({view.inconsistent[0]})")
         roots, forced = _roots_and_forced(view, self.tr)
@@ -300,10 +335,14 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
         phases.append("search")
         from optimus_eq.horizontal import HorizontalContext, fuse_round
 
-        plans = _Plans(tr, phases, cost_model, extractor, ilp_seconds, ilp_max_nodes)
+        gradients = gradient_info(tr, level) if getattr(cost_model, "training", False) else None
+        describe = getattr(cost_model, "describe", None)
+        report.cost_model = describe(training=gradients is not None) if describe else type(cost_model).__name__
+        report.training = gradients is not None
+        plans = _Plans(tr, phases, cost_model, extractor, ilp_seconds, ilp_max_nodes, gradients)
         hctx = HorizontalContext(tr, plans, pattern_options or {})
         if getattr(search_mod, "NEEDS_OBJECTIVE", False):
-            strategy_options.setdefault("objective", _objective(tr, cost_model))
+            strategy_options.setdefault("objective", _objective(tr, cost_model, gradients))
 
         def horizontal(eg, ps, destructive):
             return fuse_round(eg, ps, hctx, destructive)
@@ -326,7 +365,7 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
     report.egraph_nodes, report.egraph_classes = len(view.nodes), len(view.classes)
     # the plan that keeps every original term (each FX node's term paid once), in the same cost model
     report.cost_before = input_cost(tr.rows, [tr.node_id[n] for n in dict.fromkeys(tr.roots)], tr.opaque_keys,
-                                    cost_model)
+                                    cost_model, gradients)
     report.extractor, report.extract_note, report.cost_after = ex.method, ex.note, ex.dag_cost
     report.times["extract"] = (t3 := time.perf_counter()) - t2 + in_search
 

@@ -24,6 +24,21 @@ Triton 3.6; bench/results/h200_matrix_2026-11-29/calibration.json, bench/optimus
 
 Measure another device with ``optimus-eq calibrate --out cal.json`` and pass
 ``cost_model=GPUCostModel.from_calibration("cal.json")``.
+
+Execution modes. ``launch_us`` is what one kernel costs in the way the compiled graph runs:
+
+* ``GPUCostModel()`` (``execution="launch"``): Inductor without CUDA graphs, 23.3 us per kernel;
+* ``GPUCostModel.cudagraph()`` (``execution="cudagraph"``): the graph replayed as a CUDA graph
+  (``mode="reduce-overhead"``, Inductor option ``triton.cudagraphs``): one kernel inside a replay costs
+  2.283 us (calibration.json ``launch_us_cudagraph``: the slope of GPU time over kernel count between 16
+  and 128 row sums captured in one CUDA graph), so bytes weigh ten times more against launches.
+  ``optimus_eq.backend`` picks it when the user compiles with CUDA graphs and passed no ``cost_model``.
+
+Training. When the optimized graph will be differentiated (a pre-grad graph whose values require grad),
+each e-node whose value requires grad also pays its backward (:meth:`GPUCostModel.backward_cost`), and a
+parameter whose gradient reaches autograd's AccumulateGrad in another layout than its own pays a copy
+launched outside the compiled graph (:meth:`GPUCostModel.grad_copy_cost`, priced by
+:mod:`optimus_eq.extract.grad`). ``training=False`` prices the forward only.
 """
 
 from __future__ import annotations
@@ -32,40 +47,90 @@ import math
 from dataclasses import dataclass
 
 VIEWS = frozenset(["Narrow", "Select", "Reshape", "Permute", "Unsqueeze"])
+#: views whose backward writes the piece's gradient into the base's gradient (slice_backward/select_backward)
+SLICING_VIEWS = frozenset(["Narrow", "Select"])
+#: execution modes: what ``launch_us`` is the cost of
+EXECUTIONS = ("launch", "cudagraph")
+#: per-kernel cost inside a CUDA-graph replay on the H200 (calibration.json ``launch_us_cudagraph``)
+CUDAGRAPH_LAUNCH_US = 2.283
 FREE = frozenset(["Cons", "Nil", "ACons", "ANil", "Leaf"])
 
 
 @dataclass(frozen=True)
 class GPUCostModel:
-    """Constants of the cost model. Units: microseconds, bytes."""
+    """Constants of the cost model. Units: microseconds, bytes.
+
+    Attributes:
+        launch_us: cost of one kernel of the compiled graph, in its execution mode (see the module doc).
+        bytes_per_us: memory bandwidth.
+        view_us: tie-break cost of a view (no kernel).
+        itemsize: bytes per element (the e-graph has no dtypes: fp32).
+        eager_launch_us: cost of one kernel launched outside the compiled graph, by eager ATen (13.9 us on
+            the H200: calibration.json ``launch_us_eager``, the slope of eager time over op count).
+            AccumulateGrad's layout copies of parameter gradients run there, CUDA graphs or not.
+        execution: ``"launch"`` (no CUDA graphs) or ``"cudagraph"``: what ``launch_us`` measures.
+        training: price the backward of graphs that will be differentiated (False: forward only).
+    """
 
     launch_us: float = 23.3
     bytes_per_us: float = 4.0e6
     view_us: float = 1e-3
     itemsize: int = 4
+    eager_launch_us: float = 13.9
+    execution: str = "launch"
+    training: bool = True
+
+    def __post_init__(self) -> None:
+        if self.execution not in EXECUTIONS:
+            raise ValueError(f"unknown execution {self.execution!r}; valid: {EXECUTIONS}")
 
     @classmethod
-    def from_calibration(cls, source) -> "GPUCostModel":
-        """The model with ``launch_us`` and ``bytes_per_us`` measured by ``optimus-eq calibrate``.
+    def cudagraph(cls, **overrides) -> "GPUCostModel":
+        """The model of a graph replayed as a CUDA graph: ``launch_us`` = 2.283 (H200, calibration.json
+        ``launch_us_cudagraph``); ``overrides`` replace any other field."""
+        return cls(**{"launch_us": CUDAGRAPH_LAUNCH_US, "execution": "cudagraph", **overrides})
+
+    @classmethod
+    def from_calibration(cls, source, execution: str = "launch") -> "GPUCostModel":
+        """The model with the constants measured by ``optimus-eq calibrate``.
 
         Args:
             source: the JSON file it wrote (a path) or that record as a dict.
+            execution: ``"launch"``: ``launch_us`` is the record's ``launch_us`` (an Inductor kernel
+                without CUDA graphs); ``"cudagraph"``: its ``launch_us_cudagraph`` (one kernel inside a
+                CUDA-graph replay). ``eager_launch_us`` is the record's ``launch_us_eager`` when present.
 
         Raises:
-            ValueError: the record lacks a positive ``launch_us`` or ``bytes_per_us``.
+            ValueError: the record lacks a positive ``launch_us`` (``launch_us_cudagraph``) or
+                ``bytes_per_us``, or ``execution`` is unknown.
         """
         import json
         from pathlib import Path
 
+        if execution not in EXECUTIONS:
+            raise ValueError(f"unknown execution {execution!r}; valid: {EXECUTIONS}")
         record = source if isinstance(source, dict) else json.loads(Path(source).read_text())
-        values = {k: record.get(k) for k in ("launch_us", "bytes_per_us")}
+        launch_key = "launch_us" if execution == "launch" else "launch_us_cudagraph"
+        values = {k: record.get(k) for k in (launch_key, "bytes_per_us")}
         bad = [k for k, v in values.items() if not isinstance(v, (int, float)) or v <= 0]
         if bad:
             raise ValueError(f"calibration record needs positive {', '.join(bad)}; got {values}")
-        return cls(launch_us=float(values["launch_us"]), bytes_per_us=float(values["bytes_per_us"]))
+        extra = {}
+        eager = record.get("launch_us_eager")
+        if isinstance(eager, (int, float)) and eager > 0:
+            extra["eager_launch_us"] = float(eager)
+        return cls(launch_us=float(values[launch_key]), bytes_per_us=float(values["bytes_per_us"]),
+                   execution=execution, **extra)
+
+    def describe(self, training: bool | None = None) -> str:
+        """One line for reports: execution mode, constants, and ``training`` when the backward is priced
+        (``training``: whether it was, for a given graph; default: the model's flag)."""
+        training = self.training if training is None else training
+        return (f"{self.execution} (launch {self.launch_us:g} us, {self.bytes_per_us / 1e6:g} TB/s, "
+                f"eager launch {self.eager_launch_us:g} us){', training' if training else ''}")
 
     def node_cost(self, op: str, out_numel: int | None, in_numels: list[int | None], opaque: bool) -> float:
-        """Cost in microseconds of one e-node whose output has ``out_numel`` elements."""
+        """Forward cost in microseconds of one e-node whose output has ``out_numel`` elements."""
         if op in FREE or opaque:
             return 0.0
         if op in VIEWS:
@@ -75,6 +140,43 @@ class GPUCostModel:
         if op == "Cat":
             return self.launch_us + 2 * out_b / self.bytes_per_us
         return self.launch_us + (out_b + in_b) / self.bytes_per_us
+
+    def backward_cost(self, op: str, out_numel: int | None, in_numels: list[int | None], grad_inputs: int,
+                      opaque: bool) -> float:
+        """Cost in microseconds of the backward of one e-node whose output requires grad.
+
+        ``in_numels`` are the element counts of its tensor inputs (for ``Apply``, the argument list's
+        elements), ``grad_inputs`` how many of them require grad. From the derivative formulas
+        (torch/csrc/autograd/FunctionsManual.cpp, tools/autograd/derivatives.yaml) as Inductor compiles
+        them:
+
+        * compute ops (``Unary``, ``Binary``, ``Apply``): one kernel per input that requires grad, reading
+          the output's gradient and the saved inputs and writing that input's gradient (``mm``: ``grad @
+          W`` and ``grad.t() @ x``), ``grad_inputs * (launch_us + (out + inputs) bytes / bytes_per_us)``;
+        * ``Cat``: its inputs' gradients are narrows of the output's gradient (views): free;
+        * ``Narrow``/``Select``: the piece's gradient is written into the base's gradient
+          (slice_backward/select_backward), ``2 * out bytes / bytes_per_us``; Inductor sums the pieces of
+          one base in one kernel, whose launch is not charged per piece;
+        * other views, list cells, leaves and opaque ops (the same in every plan): free.
+
+        Pointwise chains fused by Inductor are not credited, as in :meth:`node_cost`.
+        """
+        if op in FREE or opaque or op == "Cat" or grad_inputs <= 0:
+            return 0.0
+        out_b = (out_numel or 0) * self.itemsize
+        if op in SLICING_VIEWS:
+            return 2 * out_b / self.bytes_per_us
+        if op in VIEWS:
+            return 0.0
+        in_b = sum((n or 0) for n in in_numels) * self.itemsize
+        return grad_inputs * (self.launch_us + (out_b + in_b) / self.bytes_per_us)
+
+    def grad_copy_cost(self, numel: int | None) -> float:
+        """Cost in microseconds of AccumulateGrad copying one parameter's gradient into the parameter's
+        layout: one eager kernel outside the compiled graph (also outside a CUDA graph), reading and
+        writing ``numel`` elements. It happens when the gradient arrives with other strides than the
+        parameter (``obeys_layout_contract`` fails: torch/csrc/autograd/functions/accumulate_grad.h)."""
+        return self.eager_launch_us + 2 * (numel or 0) * self.itemsize / self.bytes_per_us
 
 
 def numel(shape) -> int | None:

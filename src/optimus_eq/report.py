@@ -28,6 +28,9 @@ class Report:
         times: seconds per phase: ``translate``, ``search``, ``extract``, ``lower``, ``total``. ``extract``
             is every read and extraction of the e-graph, the horizontal rounds' plans included (they run
             inside the search; ``search`` is the rest of it: rules, group analysis, insertion).
+        cost_model: the cost model the search and extraction used (:meth:`GPUCostModel.describe`: execution
+            mode ``launch`` or ``cudagraph``, constants, and ``training`` when the backward was priced).
+        training: whether the graph will be differentiated and its backward was priced.
         fallback: the cause when the original graph was returned because something failed.
         left_opaque: FX nodes kept verbatim (outside the vocabulary, symbolic sizes, mutation).
     """
@@ -48,6 +51,8 @@ class Report:
     cost_before: float | None = None
     cost_after: float | None = None
     times: dict = field(default_factory=dict)
+    cost_model: str | None = None
+    training: bool = False
     fallback: str | None = None
     left_opaque: int = 0
 
@@ -73,7 +78,8 @@ class Report:
                          f"{self.iterations} iterations, stop: {self.stop_reason}; extractor: {self.extractor}"
                          + (f" ({self.extract_note})" if self.extract_note else ""))
             if self.cost_before is not None and self.cost_after is not None:
-                lines.append(f"  cost model: {self.cost_before:.1f} us -> {self.cost_after:.1f} us")
+                lines.append(f"  cost model: {self.cost_before:.1f} us -> {self.cost_after:.1f} us"
+                             + (f" [{self.cost_model}]" if self.cost_model else ""))
             lines.append("  times (s): " + ", ".join(f"{k} {v:.3f}" for k, v in self.times.items()))
         if self.fallback:
             lines.append(f"  FELL BACK to the original graph: {self.fallback}")

@@ -89,7 +89,8 @@ def find_cycle(view: EGraphView, roots: list, choice: dict) -> list | None:
     return None
 
 
-def input_cost(rows: dict, root_ids: list[int], opaque_keys, model: GPUCostModel | None = None) -> float:
+def input_cost(rows: dict, root_ids: list[int], opaque_keys, model: GPUCostModel | None = None,
+               gradients=None) -> float:
     """The cost model's estimate of the input graph: the DAG cost of the terms the translator inserted.
 
     ``rows`` are the translator's insertion rows (``optimus_bridge.translate.Translation.rows``: one relation
@@ -98,12 +99,14 @@ def input_cost(rows: dict, root_ids: list[int], opaque_keys, model: GPUCostModel
     is costed exactly as :meth:`EGraphView.assign_costs` costs the same e-node (opaque terms are free), and
     each term reachable from the roots is paid once, like ``Extraction.dag_cost``. Two FX nodes computing
     the same value are two terms here (the input graph computes both), which the e-graph would merge.
+    With ``gradients`` (:class:`optimus_eq.extract.grad.GradientInfo`) and a model that prices training,
+    the backward is added as :func:`optimus_eq.extract.grad.training_costs` adds it to e-nodes.
     """
     with no_gc():
-        return _input_cost(rows, root_ids, opaque_keys, model or GPUCostModel())
+        return _input_cost(rows, root_ids, opaque_keys, model or GPUCostModel(), gradients)
 
 
-def _input_cost(rows: dict, root_ids: list[int], opaque_keys, model: GPUCostModel) -> float:
+def _input_cost(rows: dict, root_ids: list[int], opaque_keys, model: GPUCostModel, gradients=None) -> float:
     numel_of_vec = {}
     for rel, table in rows.items():
         if rel.startswith("Vec") and rel.endswith("In"):
@@ -111,6 +114,7 @@ def _input_cost(rows: dict, root_ids: list[int], opaque_keys, model: GPUCostMode
                 numel_of_vec[row[0]] = math.prod(row[1:])
     size = {tid: numel_of_vec.get(vid) for tid, vid in rows.get("ShapeIn", ())}
     lists = {lid: (x, rest) for lid, _, x, rest in rows.get("ConsIn", ())}
+    cons_dim = {lid: d for lid, d, _, _ in rows.get("ConsIn", ())}
     arglists = {lid: (x, rest) for lid, x, rest in rows.get("AConsIn", ())}
 
     def elems(table: dict, lid: int) -> list[int]:
@@ -126,8 +130,14 @@ def _input_cost(rows: dict, root_ids: list[int], opaque_keys, model: GPUCostMode
         terms[tid] = ("Leaf", [], [], key in opaque_keys)
     for tid, key, a in rows.get("ApplyIn", ()):
         terms[tid] = ("Apply", elems(arglists, a), [None], key in opaque_keys)
+    cat_dims: dict[int, set] = {}
     for tid, l in rows.get("CatIn", ()):
         terms[tid] = ("Cat", elems(lists, l), [None], False)
+        lid, dims = l, set()
+        while lid in lists:
+            dims.add(cons_dim[lid])
+            lid = lists[lid][1]
+        cat_dims[tid] = dims
     for rel, op in (("NarrowIn", "Narrow"), ("SelectIn", "Select"), ("UnsqueezeIn", "Unsqueeze"),
                     ("ReshapeIn", "Reshape"), ("PermuteIn", "Permute")):
         for row in rows.get(rel, ()):
@@ -147,4 +157,44 @@ def _input_cost(rows: dict, root_ids: list[int], opaque_keys, model: GPUCostMode
         op, kids, ins, opaque = terms[tid]
         total += model.node_cost(op, size.get(tid), ins, opaque)
         stack.extend(k for k in kids if k in terms and k not in seen)
+    if gradients and getattr(model, "training", False):
+        total += _input_backward(rows, terms, seen, size, cat_dims, gradients, model)
+    return total
+
+
+def _input_backward(rows, terms, seen, size, cat_dims, gradients, model) -> float:
+    """The backward's cost of the input graph's terms (``seen``), priced as
+    :func:`optimus_eq.extract.grad.training_costs` prices e-nodes."""
+    from optimus_eq.extract.grad import member_grad_is_strided
+
+    shape_of_vec = {}
+    for rel, table in rows.items():
+        if rel.startswith("Vec") and rel.endswith("In"):
+            for row in table:
+                shape_of_vec[row[0]] = tuple(row[1:])
+    shapes = {tid: shape_of_vec.get(vid) for tid, vid in rows.get("ShapeIn", ())}
+    perms = {row[0]: shape_of_vec.get(row[2]) for row in rows.get("PermuteIn", ())}
+    unsq = {row[0]: (row[1], row[2]) for row in rows.get("UnsqueezeIn", ())}
+    grad = set(gradients.requires_grad) & set(terms)
+    changed = True
+    while changed:  # forward propagation to a fixpoint (terms are not sorted)
+        changed = False
+        for tid, (op, kids, _, _) in terms.items():
+            if tid not in grad and tid not in gradients.no_grad and op != "Leaf" and any(k in grad for k in kids):
+                grad.add(tid)
+                changed = True
+    total = 0.0
+    for tid in seen:
+        op, kids, _, opaque = terms[tid]
+        if tid not in grad or opaque:
+            continue
+        total += model.backward_cost(op, size.get(tid), [size.get(k) for k in kids],
+                                     sum(1 for k in kids if k in grad), False)
+        if op == "Permute" and kids and terms.get(kids[0], ("",))[0] == "Cat" and len(cat_dims[kids[0]]) == 1:
+            members = [unsq.get(e) for e in terms[kids[0]][1]]
+            dim = next(iter(cat_dims[kids[0]]))
+            if (members and all(m is not None and m[1] == dim and m[0] in gradients.params for m in members)
+                    and shapes.get(kids[0]) and perms.get(tid)
+                    and member_grad_is_strided(shapes[kids[0]], perms[tid], dim)):
+                total += sum(model.grad_copy_cost(gradients.params[m[0]]) for m in members)
     return total

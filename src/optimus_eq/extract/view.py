@@ -51,6 +51,8 @@ class EGraphView:
         self_loops: e-node id -> e-class of the self-loop e-nodes left out of ``nodes`` (only
             :meth:`from_json` names them; :meth:`from_egraph` gives them no id). Forcing one makes its
             e-class underivable.
+        gradients: a :class:`optimus_eq.extract.grad.GradientInfo` when the graph will be differentiated
+            (set by the caller); :meth:`assign_costs` then adds the backward's costs.
     """
 
     nodes: dict = field(default_factory=dict)
@@ -59,6 +61,7 @@ class EGraphView:
     node_of: dict[int, object] = field(default_factory=dict)
     inconsistent: list[str] = field(default_factory=list)
     self_loops: dict = field(default_factory=dict)
+    gradients: object = None
 
     def _add(self, nid, op: str, eclass, children: list, literals: list) -> None:
         if eclass in children:  # self loop: never part of an acyclic plan
@@ -184,6 +187,8 @@ class EGraphView:
         return view
 
     def assign_costs(self, model: GPUCostModel, forced: set) -> None:
+        """Set every e-node's ``cost``: its forward cost, plus its backward's (:mod:`optimus_eq.extract.grad`)
+        when ``gradients`` is set and the model prices training."""
         sizes = {c: numel(s) for c, s in self.shapes.items()}
         memo: dict = {}
         for nid, node in self.nodes.items():
@@ -193,3 +198,8 @@ class EGraphView:
             if cost is None:
                 cost = memo[key] = model.node_cost(key[0], key[1], list(key[2]), key[3])
             node.cost = cost
+        if self.gradients and getattr(model, "training", False):
+            from optimus_eq.extract.grad import training_costs
+
+            for nid, extra in training_costs(self, self.gradients, model, forced).items():
+                self.nodes[nid].cost += extra

@@ -1,0 +1,178 @@
+"""Training costs: what the backward of a plan adds to its e-nodes (docs/DESIGN.md, "Extraction and cost").
+
+A pre-grad graph whose values require grad will be differentiated by AOTAutograd; its backward is compiled
+with it, so a plan that is cheap forward can be dear backward. Two terms are added to an e-node's forward
+cost (:meth:`optimus_eq.cost.GPUCostModel.node_cost`) when its value requires grad:
+
+1. its backward kernels, :meth:`GPUCostModel.backward_cost` (one kernel per input that requires grad for
+   compute ops; nothing for ``Cat``, whose input gradients are views; the piece's bytes for narrows and
+   selects);
+2. AccumulateGrad's copy of each parameter whose gradient arrives in another layout than the parameter's,
+   :meth:`GPUCostModel.grad_copy_cost`: one eager kernel outside the compiled graph per parameter.
+
+The second is what batching linears costs in a training step. ``batch_linear`` stacks the weights
+(``Cat`` of ``Unsqueeze``, ``[n, out, in]``) and feeds ``stack.permute(0, 2, 1)`` to ``bmm``. The weight
+gradient of ``bmm`` is a contiguous ``[n, in, out]`` tensor (derivatives.yaml: ``mat2:
+self.transpose(1, 2).bmm(grad)``; unlike ``mm``, whose ``mm_mat2_backward`` returns the input's layout), so
+each weight's gradient is a transposed view ``[out, in]`` with strides ``(1, out)``; AccumulateGrad's
+layout contract (torch/csrc/autograd/functions/accumulate_grad.h, ``obeys_layout_contract``) fails and it
+clones every one, launched eagerly by the autograd engine: 64 extra launches per step on the H200 bench
+(DHEN and launch_bound training, 2 layers x 32 weights: 70 launches per CUDA-graph step against 6, see
+bench/results/h200_matrix_2026-11-29). The rule here: a ``Permute`` of a stack of parameters whose inverse
+permutation, applied to a contiguous gradient, gives each member a non-contiguous slice pays one copy per
+member (the gradient reaching the permute is taken to be contiguous, as compute kernels write it).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class GradientInfo:
+    """Which terms of a graph require grad (from the FX nodes' FakeTensors).
+
+    Attributes:
+        requires_grad: term (handle) ids of FX nodes whose value requires grad.
+        no_grad: term ids of FX nodes known not to require grad (never marked by propagation).
+        params: term id -> element count of each leaf tensor that requires grad (a parameter, or an input
+            that will get a ``.grad``).
+    """
+
+    requires_grad: frozenset = frozenset()
+    no_grad: frozenset = frozenset()
+    params: dict = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.requires_grad)
+
+
+def contiguous_strides(shape) -> tuple:
+    out, acc = [], 1
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= s
+    return tuple(reversed(out))
+
+
+def member_grad_is_strided(stack_shape, perm, dim: int) -> bool:
+    """Whether a member of ``stack_shape`` (stacked along ``dim``) gets a non-contiguous gradient slice when
+    the gradient of ``stack.permute(perm)`` is contiguous. Size-1 dims are ignored (their stride is free).
+
+    Example: ``stack [n, o, k]``, ``perm (0, 2, 1)``, ``dim 0``: the gradient ``[n, k, o]`` is contiguous,
+    permuted back it has strides ``(k*o, 1, o)``, a member's slice ``[o, k]`` strides ``(1, o)``: True.
+    """
+    if len(perm) != len(stack_shape) or not 0 <= dim < len(stack_shape):
+        return False
+    permuted = [stack_shape[p] for p in perm]
+    g = contiguous_strides(permuted)
+    strides = [0] * len(stack_shape)
+    for i, p in enumerate(perm):
+        strides[p] = g[i]
+    member = [(s, st) for d, (s, st) in enumerate(zip(stack_shape, strides)) if d != dim]
+    shape = [s for s, _ in member]
+    want = contiguous_strides(shape)
+    return any(s > 1 and st != w for (s, st), w in zip(member, want))
+
+
+def _list_elems(view, cls, op: str = "Cons") -> list | None:
+    """The elements (and, for ``Cons``, the dims) of a list e-class: ``[(dim or None, elem class)]``."""
+    out = []
+    seen = set()
+    while cls not in seen:
+        seen.add(cls)
+        cell = next((view.nodes[n] for n in view.classes.get(cls, ()) if view.nodes[n].op == op), None)
+        if cell is None:
+            nil = "Nil" if op == "Cons" else "ANil"
+            return out if any(view.nodes[n].op == nil for n in view.classes.get(cls, ())) else None
+        out.append((cell.literals[0] if op == "Cons" else None, cell.children[0]))
+        cls = cell.children[1]
+    return None
+
+
+def _stacked_params(view, cls, params: dict) -> tuple[int, list] | None:
+    """``(dim, [param numels])`` when e-class ``cls`` holds a ``Cat`` of ``Unsqueeze(param, dim)`` (a stack
+    of parameters along ``dim``), else None."""
+    for nid in view.classes.get(cls, ()):
+        node = view.nodes[nid]
+        if node.op != "Cat":
+            continue
+        elems = _list_elems(view, node.children[0])
+        if not elems:
+            continue
+        dims, numels = set(), []
+        for d, e in elems:
+            hit = None
+            for m in view.classes.get(e, ()):
+                u = view.nodes[m]
+                if u.op == "Unsqueeze" and u.literals[0] == d and u.children[0] in params:
+                    hit = params[u.children[0]]
+                    break
+            if hit is None:
+                break
+            dims.add(d)
+            numels.append(hit)
+        else:
+            if len(dims) == 1:
+                return dims.pop(), numels
+    return None
+
+
+def grad_classes(view, info: GradientInfo) -> set:
+    """E-classes whose value requires grad: the FX nodes' classes, then every class with an e-node that
+    reads one (forward propagation), except classes of FX nodes known not to require grad."""
+    node_of = view.node_of
+    grad = {node_of[h] for h in info.requires_grad if h in node_of}
+    blocked = {node_of[h] for h in info.no_grad if h in node_of} - grad
+    parents: dict = {}
+    for nid, node in view.nodes.items():
+        if node.op == "Leaf":
+            continue
+        for c in node.children:
+            parents.setdefault(c, []).append(node.eclass)
+    work = list(grad)
+    while work:
+        c = work.pop()
+        for p in parents.get(c, ()):
+            if p not in grad and p not in blocked:
+                grad.add(p)
+                work.append(p)
+    return grad
+
+
+def training_costs(view, info: GradientInfo, model, forced=frozenset()) -> dict:
+    """E-node id -> cost (us) its backward adds: :meth:`GPUCostModel.backward_cost` for e-nodes whose
+    value requires grad, plus :meth:`GPUCostModel.grad_copy_cost` per member for a ``Permute`` of a stack
+    of parameters whose members get strided gradients (:func:`member_grad_is_strided`). Forced (opaque)
+    e-nodes add nothing: they are the same in every plan, and free forward too."""
+    grad = grad_classes(view, info)
+    if not grad:
+        return {}
+    node_of = view.node_of
+    params = {node_of[h]: n for h, n in info.params.items() if h in node_of}
+    sizes = {c: (None if s is None else math.prod(s)) for c, s in view.shapes.items()}
+    args_memo: dict = {}
+    out: dict = {}
+    for nid, node in view.nodes.items():
+        if node.eclass not in grad or nid in forced or node.op in ("Leaf", "Cons", "Nil", "ACons", "ANil", "Cat"):
+            continue
+        if node.op == "Apply":
+            a = node.children[0] if node.children else None
+            if a not in args_memo:
+                elems = _list_elems(view, a, "ACons") if a is not None else None
+                args_memo[a] = [e for _, e in elems] if elems else []
+            inputs = args_memo[a]
+        else:
+            inputs = node.children
+        extra = model.backward_cost(node.op, sizes.get(node.eclass), [sizes.get(c) for c in inputs],
+                                    sum(1 for c in inputs if c in grad), False)
+        if node.op == "Permute" and node.children:
+            stacked = _stacked_params(view, node.children[0], params)
+            shape = view.shapes.get(node.children[0])
+            if stacked is not None and shape is not None and member_grad_is_strided(shape, node.literals[0],
+                                                                                    stacked[0]):
+                extra += sum(model.grad_copy_cost(n) for n in stacked[1])
+        if extra:
+            out[nid] = extra
+    return out
