@@ -258,7 +258,7 @@ class Lowerer:
                 continue
             missing = [c for c in self._deps(cls) if c not in self.cval]
             if missing:
-                stack.extend(missing)
+                stack.extend(reversed(missing))  # the first dependency is emitted first
                 continue
             stack.pop()
             self.cval[cls] = self._emit_node(cls)
