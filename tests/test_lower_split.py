@@ -62,17 +62,23 @@ def test_split_groups_left_alone():
 
 # -- lowered graphs -------------------------------------------------------------------------------
 
-def _per_field(x, w, ws):
-    """split -> a different matmul per field -> stack: nothing folds, the pieces stay views of ``x @ w``."""
-    parts = torch.split(x @ w, 3, dim=1)
-    return torch.stack([torch.relu(p) @ ws[i] for i, p in enumerate(parts)], 1)
+class _PerField(torch.nn.Module):
+    """split -> a different matmul per field -> stack: nothing folds, the pieces stay views of ``x @ w``.
+    Parameters, so that the split tensor requires grad when dynamo traces it (splits are for autograd)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(rand(12, 12))
+        self.ws = torch.nn.ParameterList(rand(3, 5) for _ in range(4))
+
+    def forward(self, x):
+        parts = torch.split(x @ self.w, 3, dim=1)
+        return torch.stack([torch.relu(p) @ self.ws[i] for i, p in enumerate(parts)], 1)
 
 
 @pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
 def test_tiling_narrows_lowered_as_one_split(strategy):
-    x, w = rand(4, 12), rand(12, 12)
-    ws = [rand(3, 5) for _ in range(4)]
-    c = check(_per_field, [x, w, ws], strategy)
+    c = check(_PerField(), [rand(4, 12)], strategy)
     targets = _targets(c.gm2)
     assert torch.narrow not in targets, c.gm2.code
     (split,) = _splits(c.gm2)
@@ -83,21 +89,36 @@ def test_tiling_narrows_lowered_as_one_split(strategy):
 
 @pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
 def test_partial_range_split_and_views_of_input(strategy):
-    """Slices [2:5) and [5:9) of an input, returned as they are and used: one split [2, 3, 4, 3] whose
-    outputs are still views of the input (a write into them reaches it, ``check`` compares aliasing)."""
+    """Slices [2:5) and [5:9) of a parameter (a graph input), returned as they are and used: one split
+    [2, 3, 4, 3] whose outputs are still views of the parameter (``check`` compares aliasing with eager's)."""
 
-    def f(x, w1, w2):
-        a, b = x[:, 2:5], x[:, 5:9]
-        return a, b, (a @ w1) * (b @ w2)
+    class F(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.p = torch.nn.Parameter(rand(4, 12))
 
-    c = check(f, [rand(4, 12), rand(3, 6), rand(4, 6)], strategy)
+        def forward(self, w1, w2):
+            a, b = self.p[:, 2:5], self.p[:, 5:9]
+            return a, b, (a @ w1) * (b @ w2)
+
+    model = F()
+    c = check(model, [rand(3, 6), rand(4, 6)], strategy)
     (split,) = _splits(c.gm2)
     assert split.args[1:] == ([2, 3, 4, 3], 1), split.args
+    assert split.args[0].op == "placeholder"
     assert sorted(u.args[1] for u in split.users) == [1, 2]
     assert torch.narrow not in _targets(c.gm2)
-    x = c.inputs[0]
-    assert all(o._base is x or o.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
-               for o in c.outputs[:2])
+    p = model.p
+    assert all(o.untyped_storage().data_ptr() == p.untyped_storage().data_ptr() for o in c.outputs[:2])
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
+def test_no_split_without_autograd(strategy):
+    """Without grad the split buys nothing (no backward to trace) and would count as a split/cat node:
+    the same narrows stay narrows (the conformance suite's math_op_fusion_distinct counts splits)."""
+    with torch.no_grad():
+        c = check(_PerField(), [rand(4, 12)], strategy, grad=False)
+    assert not _splits(c.gm2) and _targets(c.gm2).count(torch.narrow) == 4, c.gm2.code
 
 
 @pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
@@ -131,7 +152,7 @@ def test_split_meta_matches_fake_tensor_prop(strategy, monkeypatch):
     orig = lower._fast_split
     monkeypatch.setattr(lower, "_fast_split", lambda *a: fast.append(orig(*a)) or fast[-1])
     x = rand(4, 12).requires_grad_()
-    gm, ex = dynamo_graph(_per_field, x, rand(12, 12), [rand(3, 5) for _ in range(4)])
+    gm, ex = dynamo_graph(_PerField(), x)
     gm2, report = optimus_eq.optimize(gm, ex, strategy=strategy)
     assert report.fallback is None and len(_splits(gm2)) == 1
     assert fast and all(v is not None for v in fast)
@@ -147,16 +168,18 @@ def test_aten_level_keeps_slices():
 
 def test_split_through_inductor_training():
     """The lowered split compiles with Inductor, forward and backward, and matches eager (values, grads)."""
-    torch.manual_seed(0)
-    args = [rand(4, 12).requires_grad_(), rand(12, 12).requires_grad_(), [rand(3, 5).requires_grad_() for _ in range(4)]]
-    ref = [a.detach().clone().requires_grad_() if isinstance(a, torch.Tensor) else
-           [t.detach().clone().requires_grad_() for t in a] for a in args]
-    compiled = torch.compile(_per_field, backend=optimus_eq.backend(strategy="greedy"))
-    out, expected = compiled(*args), _per_field(*ref)
+    import copy
+
+    model = _PerField()
+    ref_model = copy.deepcopy(model)
+    x = rand(4, 12).requires_grad_()
+    x_ref = x.detach().clone().requires_grad_()
+    compiled = torch.compile(model, backend=optimus_eq.backend(strategy="greedy"))
+    out, expected = compiled(x), ref_model(x_ref)
     torch.testing.assert_close(out, expected)
     out.square().sum().backward()
     expected.square().sum().backward()
-    flat = lambda xs: [t for a in xs for t in (a if isinstance(a, list) else [a])]  # noqa: E731
-    for a, r in zip(flat(args), flat(ref)):
-        torch.testing.assert_close(a.grad, r.grad)
+    torch.testing.assert_close(x.grad, x_ref.grad)
+    for p, r in zip(model.parameters(), ref_model.parameters()):
+        torch.testing.assert_close(p.grad, r.grad)
     assert optimus_eq.last_reports and optimus_eq.last_reports[-1].ops_after.get("split", 0) == 1
