@@ -2,7 +2,8 @@
 
 Lowering is a table keyed by constructor (:data:`_VIEW_LOWERING` plus the recipe of each pure op).
 Each chosen e-node is emitted once, so sharing is preserved. Kept (opaque) FX nodes are copied in
-their original relative order, which keeps the order of in-place mutations and random ops.
+their original relative order, which keeps the order of in-place mutations and random ops. Chosen narrows
+that tile a range of one autograd tensor's dim come back as one ``torch.split`` (:func:`split_groups`).
 
 Meta (``val`` and ``example_value`` FakeTensors) is filled for Inductor: FakeTensorProp's values, computed
 on faster paths where they are known to agree (:func:`_propagate_meta`). Then the outputs are checked against
