@@ -178,6 +178,30 @@ def test_batch_linear_lhs_shared_input(strategy):
     assert "batch_linear" not in r.patterns_fired  # the lhs group took them first
 
 
+def test_batch_linear_lhs_readers_behind_other_linears(strategy):
+    """DLRM's low-rank mixture cross net (bench model dlrm): per expert ``u(relu(c(relu(v(x)))))`` plus one
+    gate linear per expert, all 2K linears reading x. No search over inputs finds two V linears together
+    (every path from a V linear to a common user crosses that expert's C and U linears, which are matches
+    themselves), so the group is gathered by its shared input: one linear of x with 2K weights."""
+    k, width, rank = 4, 10, 3
+    v = [torch.nn.Linear(width, rank, bias=False) for _ in range(k)]
+    c = [torch.nn.Linear(rank, rank, bias=False) for _ in range(k)]
+    u = [torch.nn.Linear(rank, width, bias=False) for _ in range(k)]
+    g = [torch.nn.Linear(width, 1, bias=False) for _ in range(k)]
+
+    def f(x):
+        experts = torch.stack([x * u[i](torch.relu(c[i](torch.relu(v[i](x))))) for i in range(k)], dim=2)
+        gating = torch.softmax(torch.stack([gi(x) for gi in g], dim=1), dim=1)
+        return torch.bmm(experts, gating).squeeze(2) + x
+
+    res = check(f, [rand(5, width)], strategy)
+    r = res.report
+    assert r.patterns_fired["batch_linear_lhs"] == 1
+    x = next(n for n in res.gm2.graph.nodes if n.op == "placeholder" and "x" in n.name)
+    assert sum(1 for n in x.users if n.target is F.linear) == 1, res.gm2.code
+    assert r.ops_after["linear"] == 1 + 2 * k  # the fused one, the C and U linears
+
+
 def test_linear_lhs_narrow_outputs_keep_eager_strides(strategy):
     x_mods = [torch.nn.Linear(6, 3) for _ in range(3)]
 

@@ -2,7 +2,8 @@
 
 Lowering is a table keyed by constructor (:data:`_VIEW_LOWERING` plus the recipe of each pure op).
 Each chosen e-node is emitted once, so sharing is preserved. Kept (opaque) FX nodes are copied in
-their original relative order, which keeps the order of in-place mutations and random ops.
+their original relative order, which keeps the order of in-place mutations and random ops. Chosen narrows
+that tile a range of one autograd tensor's dim come back as one ``torch.split`` (:func:`split_groups`).
 
 Meta (``val`` and ``example_value`` FakeTensors) is filled for Inductor: FakeTensorProp's values, computed
 on faster paths where they are known to agree (:func:`_propagate_meta`). Then the outputs are checked against
@@ -15,8 +16,9 @@ have (expanded, overlapping) fall back. The GraphModule generates its Python cod
 
 from __future__ import annotations
 
+import operator
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -62,6 +64,11 @@ class IRLevel:
             follows: measured on DLRM's cross net (``bmm(experts, gating).squeeze(2)``), the reshape
             spelling cost CPU Inductor extra kernels per training step.
         alias: ``f(graph, x) -> Node``, a new view of all of x (a distinct tensor object), or None.
+        split: ``f(graph, x, sizes, dim) -> Node``, the pieces of x along ``dim`` (a tuple-valued node read
+            with ``operator.getitem``), or None: narrows are always emitted one by one. Used for chosen
+            narrows that tile a range of one tensor's dim (:func:`split_groups`): the same views, but
+            AOTAutograd traces one split's backward as one cat where N narrows give N slice_backwards
+            summed, and Inductor's fusion follows (DLRM's cross net, docs/DESIGN.md).
     """
 
     views: dict
@@ -71,6 +78,7 @@ class IRLevel:
     restride: Callable | None = None
     squeeze: Callable | None = None
     alias: Callable | None = None
+    split: Callable | None = None
 
 
 def squeezed_dims(src, dst) -> tuple[int, ...] | None:
@@ -91,6 +99,64 @@ def squeezed_dims(src, dst) -> tuple[int, ...] | None:
     return tuple(dims) if j == len(dst) else None
 
 
+@dataclass
+class SplitGroup:
+    """Chosen narrows of one tensor along one dim that are emitted as one split.
+
+    Attributes:
+        source: the e-class of the tensor x being split.
+        dim: the (non-negative) dim.
+        sizes: the split's piece sizes along ``dim``; they sum to x's size there.
+        piece: narrow e-class -> index of its piece in the split's outputs (pieces not in it are never read).
+        node: the emitted split node, once emitted.
+    """
+
+    source: str
+    dim: int
+    sizes: list[int]
+    piece: dict[str, int]
+    node: Node | None = field(default=None, repr=False)
+
+
+def split_groups(narrows: dict[str, tuple[str, int, int, int, int]]) -> dict[str, SplitGroup]:
+    """Group narrows of one tensor along one dim whose pieces tile a contiguous range of it.
+
+    Args:
+        narrows: narrow e-class -> ``(source class, dim, start, length, n)``, the literals of
+            ``Narrow(x, dim, start, length, n)`` (n: x's size along dim; dim non-negative).
+
+    Returns:
+        narrow e-class -> its :class:`SplitGroup`, for every group of at least two narrows of the same
+        ``(source, dim)`` that are non-empty, pairwise disjoint and leave no gap between the first start and
+        the last end; what lies before and after that range becomes a piece nobody reads. Groups where two
+        pieces overlap or leave a gap are left out (their narrows stay narrows), as are pieces of x's whole
+        length (an alias, not a split).
+    """
+    by_key: dict[tuple[str, int], list[tuple[int, int, int, str]]] = {}
+    for cls, (src, dim, start, length, n) in narrows.items():
+        if length > 0 and length < n and 0 <= start and start + length <= n:
+            by_key.setdefault((src, dim), []).append((start, length, n, cls))
+    out: dict[str, SplitGroup] = {}
+    for (src, dim), pieces in by_key.items():
+        if len(pieces) < 2 or len({p[2] for p in pieces}) != 1:
+            continue
+        pieces.sort()
+        n = pieces[0][2]
+        if any(a[0] + a[1] != b[0] for a, b in zip(pieces, pieces[1:])):  # an overlap or a gap
+            continue
+        sizes, piece = ([pieces[0][0]] if pieces[0][0] else []), {}
+        for start, length, _, cls in pieces:
+            piece[cls] = len(sizes)
+            sizes.append(length)
+        end = pieces[-1][0] + pieces[-1][1]
+        if end < n:
+            sizes.append(n - end)
+        group = SplitGroup(src, dim, sizes, piece)
+        for cls in piece:
+            out[cls] = group
+    return out
+
+
 class LoweringError(RuntimeError):
     """The extracted plan cannot be lowered faithfully (the caller falls back to the original graph)."""
 
@@ -105,6 +171,7 @@ class Lowerer:
         self.kept = set(t.kept)
         self._kept_pos = {n: i for i, n in enumerate(t.kept)}
         self._last_kept = -1
+        self.splits: dict[str, SplitGroup] = {}
 
     def class_of(self, node: Node) -> str:
         return self.view.node_of[self.t.node_id[node]]
@@ -152,6 +219,78 @@ class Lowerer:
             return []
         return list(node.children)
 
+    def _reachable(self, out_node: Node) -> list[str]:
+        """The e-classes lowering will emit (before dead-term removal): those behind the non-kept inputs of
+        kept nodes, the barriers' live values and the outputs, through the chosen e-nodes (:meth:`_deps`)."""
+        roots: list[Node] = []
+        for n in self.t.kept:
+            roots.extend(self.t.barriers.get(n, ()))
+            roots.extend(n.all_input_nodes)
+        torch.fx.node.map_arg(out_node.args[0], roots.append)
+        seen: set[str] = set()
+        stack = [self.class_of(n) for n in roots if n not in self.kept and n in self.t.node_id]
+        order = []
+        while stack:
+            cls = stack.pop()
+            if cls in seen:
+                continue
+            seen.add(cls)
+            order.append(cls)
+            stack.extend(c for c in self._deps(cls) if c not in seen)
+        return order
+
+    def _plan_splits(self, out_node: Node) -> None:
+        """Fill :attr:`splits`: the chosen narrows that are emitted as pieces of one split (:func:`split_groups`)."""
+        if self.level.split is None:
+            return
+        narrows = {}
+        for cls in self._reachable(out_node):
+            node = self.view.nodes[self.choice[cls]]
+            if node.op == "Narrow" and len(node.literals) == 4 and all(type(v) is int for v in node.literals):
+                narrows[cls] = (node.children[0], *node.literals)
+        groups = split_groups(narrows)
+        grad = self._requires_grad({g.source for g in groups.values()})
+        self.splits = {c: g for c, g in groups.items() if grad[g.source]}
+
+    def _requires_grad(self, roots: set) -> dict:
+        """e-class -> whether its value takes part in autograd: the ``requires_grad`` of the FX node it holds
+        (FakeTensor meta), else whether any class its chosen e-node reads does (an over-approximation for
+        non-differentiable ops). Only such tensors get one split for their narrows: the split matters for
+        the backward that AOTAutograd traces (one cat instead of summed slice_backwards); without grad,
+        narrows and a split are the same views, and narrows leave no split node to count as junk."""
+        held: dict = {}
+        for n, tid in self.t.node_id.items():
+            c = self.view.node_of.get(tid)
+            v = meta_val(n)
+            if c is not None and isinstance(v, torch.Tensor):
+                held[c] = held.get(c, False) or bool(v.requires_grad)
+        out: dict = {}
+        for root in roots:
+            stack = [root]
+            while stack:
+                cls = stack[-1]
+                if cls in out:
+                    stack.pop()
+                    continue
+                if cls in held:
+                    out[cls] = held[cls]
+                    stack.pop()
+                    continue
+                node = self.view.nodes[self.choice[cls]]
+                if node.op in ("Leaf", "Apply") and node.literals[0] in self.t.opaque_keys:
+                    v = meta_val(self.t.opaque_keys[node.literals[0]])
+                    out[cls] = bool(getattr(v, "requires_grad", False))
+                    stack.pop()
+                    continue
+                kids = self._deps(cls)
+                missing = [c for c in kids if c not in out]
+                if missing:
+                    stack.extend(missing)
+                    continue
+                out[cls] = any(out[c] for c in kids)
+                stack.pop()
+        return out
+
     def emit_class(self, root: str) -> Node:
         stack = [root]
         while stack:
@@ -161,7 +300,7 @@ class Lowerer:
                 continue
             missing = [c for c in self._deps(cls) if c not in self.cval]
             if missing:
-                stack.extend(missing)
+                stack.extend(reversed(missing))  # the first dependency is emitted first
                 continue
             stack.pop()
             self.cval[cls] = self._emit_node(cls)
@@ -176,6 +315,11 @@ class Lowerer:
             dims = squeezed_dims(self.view.shapes.get(node.children[0]), tuple(lit[0]))
             if dims:
                 return self.level.squeeze(g, self.cval[node.children[0]], dims)
+        if op == "Narrow" and cls in self.splits:
+            group = self.splits[cls]
+            if group.node is None:
+                group.node = self.level.split(g, self.cval[group.source], list(group.sizes), group.dim)
+            return _call(g, operator.getitem, (group.node, group.piece[cls]), name="getitem")
         if op in self.level.views:
             return self.level.views[op](g, self.cval[node.children[0]], lit)
         if op == "Cat":
@@ -204,11 +348,12 @@ class Lowerer:
         old_limit = sys.getrecursionlimit()
         sys.setrecursionlimit(max(old_limit, 20000))
         try:
+            out_node = next(n for n in reversed(self.t.gm.graph.nodes) if n.op == "output")
+            self._plan_splits(out_node)
             for n in self.t.kept:
                 for live in self.t.barriers.get(n, ()):  # values computed before a global-state
                     self.value_of_node(live)              # change (no_grad, autocast) stay before it
                 self.emit_kept(n)
-            out_node = next(n for n in reversed(self.t.gm.graph.nodes) if n.op == "output")
             out_args = torch.fx.node.map_arg(out_node.args[0], self.value_of_node)
             new_out = self.graph.output(out_args)
             new_out.meta = dict(out_node.meta)
@@ -524,6 +669,11 @@ def _propagate_meta(graph: Graph, root: torch.nn.Module, original: GraphModule, 
                 val = _fast_cat(n, env, FakeTensor, mode)
             elif target is torch.reshape:
                 val = _fast_reshape_copy(n, env, twin_of, FakeTensor, mode)
+            elif target is torch.split:
+                val = _fast_split(n, env, twins, twin_of, FakeTensor, mode)
+            elif target is operator.getitem and type(n.args[0]) is Node and type(twins.get(n.args[0])) is tuple:
+                val = env[n.args[0]][n.args[1]]
+                twins[n] = twins[n.args[0]][n.args[1]]
             if val is None and not _slow_meta(target):
                 try:
                     val = _fast_node(n, env, twins, twin_of, FakeTensor, mode)
@@ -557,6 +707,23 @@ def _fast_view(n: Node, env: dict, twins: dict, twin_of, fake_type, mode):
         return None
     twins[n] = out
     return fake_type(mode, out, v.device)
+
+
+def _fast_split(n: Node, env: dict, twins: dict, twin_of, fake_type, mode):
+    """Meta of ``torch.split(x, sizes, dim)`` (static ints): a tuple of views, as narrows give them (their
+    twins kept in ``twins[n]`` for the ``getitem`` nodes that read them), or None."""
+    args = n.args
+    if n.kwargs or len(args) != 3 or type(args[0]) is not Node:
+        return None
+    v = env.get(args[0])
+    if not isinstance(v, fake_type):
+        return None
+    try:
+        outs = torch.split(twin_of(args[0]), args[1], args[2])
+    except Exception:  # _NotFast (symbolic twin) or sizes the kernel rejects: FakeTensorProp decides
+        return None
+    twins[n] = tuple(outs)
+    return tuple(fake_type(mode, o, v.device) for o in outs)
 
 
 def _fast_cat(n: Node, env: dict, fake_type, mode):
@@ -741,4 +908,5 @@ TORCH_IR = IRLevel(
     clone=lambda g, x, fmt: g.call_method("clone", (x,), {"memory_format": fmt}),
     restride=_restride_torch,
     alias=lambda g, x: g.call_method("view_as", (x, x)),
+    split=lambda g, x, sizes, d: _call(g, torch.split, (x, sizes, d), name="split"),
 )

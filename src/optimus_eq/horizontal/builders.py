@@ -180,6 +180,9 @@ def linear_lhs_key(m):
     return ("batch_linear_lhs", m.inputs[x], m.in_shapes[x], b is not None, m.types)
 
 
+linear_lhs_key.shared_input = True  # members are gathered by their input too (PlanGraph.groups)
+
+
 def build_linear_lhs(w, members) -> None:
     m0 = members[0]
     x, wt, b = _linear_parts(m0)

@@ -259,6 +259,20 @@ class PlanGraph:
                 if len(cands) < lo:
                     continue
                 yield from self._independent_subsets(cands, options, fused)
+        if getattr(group_key, "shared_input", False):
+            # the key names the one input all members read (batch_linear_lhs): its members are found by
+            # that input, wherever their users join. The search over inputs stops at every match, so
+            # readers of x whose paths to a common user cross other matched ops (DLRM's cross net: each
+            # expert's V linear reaches the experts' stack only through its C and U linears) are never in
+            # one candidate list there. Not upstream's search (ours finds more); upstream's groups first.
+            by_key: dict = {}
+            for c in self._seq:
+                k = keys.get(c)
+                if k in viable and c not in fused:
+                    by_key.setdefault(k, []).append(c)
+            for cands in by_key.values():
+                if len(cands) >= lo:
+                    yield from self._independent_subsets(cands, options, fused)
 
     def _independent_subsets(self, cands: list, options: dict, fused: set) -> Iterator[list[Member]]:
         """Greedy independent subsets (:func:`.subsets.greedy_subsets`) of ``cands``, walked in topological
