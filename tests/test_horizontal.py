@@ -149,6 +149,47 @@ def test_batch_linear_rank3_inputs_fp32_and_bf16(strategy):
     assert r.ops_after["linear"] == 0 and r.ops_after["baddbmm"] == 2
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_batch_linear_parameter_gradients_are_eager_s_and_need_no_copy(strategy, bias):
+    """Training through batch_linear (rank-3 inputs; members returned as graph outputs or read by a
+    pointwise op): outputs and input gradients are eager's (``check``); every parameter's gradient equals
+    eager's, arrives contiguous (the hooks see what AccumulateGrad receives) and is kept as it came: the
+    weights' ``.grad`` are slices of one ``[n, out, in]`` buffer, not AccumulateGrad's clones."""
+    torch.manual_seed(3)
+    mods = _linears(6, 5, 4, bias)
+
+    def f(*xs):
+        ys = [m(x) for m, x in zip(mods, xs)]
+        return ys[:3] + [y.tanh() for y in ys[3:]]
+
+    xs = [rand(2, 3, 5, seed=i) for i in range(6)]
+    c = check(f, xs, strategy)
+    assert c.report.patterns_fired["batch_linear"] == 1 and c.report.ops_after["linear"] == 0
+    gm, ex = dynamo_graph(f, *xs)
+    out, _ = optimus_eq.optimize(gm, ex, strategy=strategy)
+    params = [a for a in ex if isinstance(a, torch.nn.Parameter)]
+    assert len(params) == (12 if bias else 6)
+    g = torch.Generator().manual_seed(7)
+    seeds = [torch.randn(2, 3, 4, generator=g) for _ in range(6)]
+    grads, incoming = {}, {}
+    hooks = [p.register_hook(lambda t, p=p: incoming.__setitem__(id(p), t.is_contiguous())) for p in params]
+    for name, run in (("eager", gm), ("ours", out)):
+        for p in params:
+            p.grad = None
+        incoming.clear()
+        sum((y * s).sum() for y, s in zip(run(*ex), seeds)).backward()
+        grads[name] = [p.grad for p in params]
+        if name == "ours":
+            assert len(incoming) == len(params) and all(incoming.values())
+    for h in hooks:
+        h.remove()
+    for p, a, e in zip(params, grads["ours"], grads["eager"]):
+        assert a.stride() == p.stride()
+        torch.testing.assert_close(a, e)
+    weights = [a for p, a in zip(params, grads["ours"]) if p.dim() == 2]
+    assert len({a.untyped_storage().data_ptr() for a in weights}) == 1
+
+
 def test_split_linears_cat_is_one_baddbmm_between_views(strategy):
     n, d, o = 8, 4, 3
     mods = _linears(n, d, o)

@@ -10,17 +10,24 @@ cost (:meth:`optimus_eq.cost.GPUCostModel.node_cost`) when its value requires gr
 2. AccumulateGrad's copy of each parameter whose gradient arrives in another layout than the parameter's,
    :meth:`GPUCostModel.grad_copy_cost`: one eager kernel outside the compiled graph per parameter.
 
-The second is what batching linears costs in a training step. ``batch_linear`` stacks the weights
-(``Cat`` of ``Unsqueeze``, ``[n, out, in]``) and feeds ``stack.permute(0, 2, 1)`` to ``bmm``. The weight
+The second is what a stack of weights fed transposed to ``bmm`` costs in a training step: for
+``bmm(x, stack(w).permute(0, 2, 1))`` (``Cat`` of ``Unsqueeze``, ``[n, out, in]``, permuted) the weight
 gradient of ``bmm`` is a contiguous ``[n, in, out]`` tensor (derivatives.yaml: ``mat2:
 self.transpose(1, 2).bmm(grad)``; unlike ``mm``, whose ``mm_mat2_backward`` returns the input's layout), so
 each weight's gradient is a transposed view ``[out, in]`` with strides ``(1, out)``; AccumulateGrad's
 layout contract (torch/csrc/autograd/functions/accumulate_grad.h, ``obeys_layout_contract``) fails and it
-clones every one, launched eagerly by the autograd engine: 64 extra launches per step on the H200 bench
-(DHEN and launch_bound training, 2 layers x 32 weights: 70 launches per CUDA-graph step against 6, see
-bench/results/h200_matrix_2026-11-29). The rule here: a ``Permute`` of a stack of parameters whose inverse
-permutation, applied to a contiguous gradient, gives each member a non-contiguous slice pays one copy per
-member (the gradient reaching the permute is taken to be contiguous, as compute kernels write it).
+clones every one, launched eagerly by the autograd engine. The rule here: a ``Permute`` of a stack of
+parameters whose inverse permutation, applied to a contiguous gradient, gives each member a
+non-contiguous slice pays one copy per member (the gradient reaching the permute is taken to be
+contiguous, as compute kernels write it). A stack read unpermuted pays nothing.
+
+Which forms pay: a user's own ``stack(w).permute(0, 2, 1)`` (priced in the input graph too), and
+``batch_linear``'s earlier form ``Y = baddbmm(b, X, stack(w).permute(0, 2, 1))`` (64 extra launches per
+DHEN / launch_bound training step on the H200 bench, 70 launches per CUDA-graph step against 6, see
+bench/results/h200_matrix_2026-11-29). ``batch_linear`` now builds ``Y^T = baddbmm(b, stack(w),
+X.permute(0, 2, 1))`` (horizontal/builders.py, ``build_linear``): the stack of weights is ``bmm``'s first
+operand, unpermuted, its gradient ``dY^T @ X`` is a contiguous ``[n, out, in]`` whose slices AccumulateGrad
+takes without a copy, and this rule charges it nothing (the ``Permute`` in it is of the inputs' stack).
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 Every builder adds ONE fused op per group and one view per member that equals it (``writer.union``):
 
 * pointwise (``Unary``/``Binary``/one-input ``Apply``): ``F = f(stack(x_1..x_n))``, ``y_i = F.select(0, i)``;
-* batch_linear: ``Y = baddbmm(stack(b).unsqueeze(1), stack(x), stack(w).permute(0, 2, 1))`` (``bmm``
-  without bias; inputs of rank > 2 flattened to [n, M, in] and outputs viewed back), ``y_i = Y.select(0, i)``;
+* batch_linear: ``Y^T = baddbmm(stack(b).unsqueeze(2), stack(w), stack(x).permute(0, 2, 1))`` (``bmm``
+  without bias; inputs of rank > 2 flattened to [n, M, in] and outputs viewed back),
+  ``y_i = Y^T.permute(0, 2, 1).select(0, i)``: the weights' gradients come out in their own layout;
 * batch_linear_lhs (one input x): ``Y = linear(x, cat(w), cat(b))``, ``y_i = Y.narrow(-1, offset_i, out_i)``;
 * batch_layernorm: ``Y = addcmul(stack(b), layer_norm(stack(x), no affine), stack(w))`` with the stacked
   weight and bias viewed to broadcast, ``y_i = Y.select(0, i)``; bf16/fp16 are computed in float32 and
@@ -144,6 +145,17 @@ def linear_key(m):
 
 
 def build_linear(w, members) -> None:
+    """``Y^T = baddbmm(stack(b).unsqueeze(2), stack(w), stack(x).permute(0, 2, 1))`` (``bmm`` without
+    bias; x of rank > 2 flattened to ``[n, rows, in]``), ``y_i = Y^T.permute(0, 2, 1).select(0, i)``
+    (viewed back to x's leading dims).
+
+    The weights are ``bmm``'s first operand, untransposed, so their gradient ``dY^T @ X`` (derivatives.yaml,
+    ``bmm``: ``self: grad.bmm(mat2.transpose(1, 2))``) is a contiguous ``[n, out, in]`` whose slices have
+    each weight's own layout: AccumulateGrad takes them without a copy (``Y = X @ W^T`` would give every
+    weight a transposed gradient slice and one eager clone each, see extract/grad.py). The members are
+    transposed views of ``Y^T``; pointwise readers read them in place, and a graph output gets eager's
+    contiguous layout from the lowering's stride fix (bridge/optimus_bridge/lower.py, ``_fix_strides``).
+    """
     m0, n = members[0], len(members)
     x, wt, b = _linear_parts(m0)
     xs, (out, inp) = tuple(m0.in_shapes[x]), m0.in_shapes[wt]
@@ -153,17 +165,18 @@ def build_linear(w, members) -> None:
     X = w.stack([w.handle(m.inputs[x]) for m in members], xs)
     if len(xs) > 2:
         X = w.reshape(X, (n, rows, inp))
+    XT = w.permute(X, (0, 2, 1), (n, inp, rows))
     W = w.stack([w.handle(m.inputs[wt]) for m in members], (out, inp))
-    W = w.permute(W, (0, 2, 1), (n, inp, out))
     types = (tuple(m0.types[0][:1] * 3), m0.types[1])
     if b is None:
         key = w.key("bmm", _recipe("bmm", torch.bmm, _slots(2)), types)
-        Y = w.apply(key, [X, W], (n, rows, out))
+        YT = w.apply(key, [W, XT], (n, out, rows))
     else:
         B = w.stack([w.handle(m.inputs[b]) for m in members], (out,))
-        B = w.unsqueeze(B, 1, (n, 1, out))
+        B = w.unsqueeze(B, 2, (n, out, 1))
         key = w.key("baddbmm", _recipe("baddbmm", torch.baddbmm, _slots(3)), types)
-        Y = w.apply(key, [B, X, W], (n, rows, out))
+        YT = w.apply(key, [B, W, XT], (n, out, rows))
+    Y = w.permute(YT, (0, 2, 1), (n, rows, out))
     for i, m in enumerate(members):
         y = w.select(Y, 0, i, n, (rows, out))
         if len(xs) > 2:
