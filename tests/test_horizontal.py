@@ -190,6 +190,29 @@ def test_batch_linear_parameter_gradients_are_eager_s_and_need_no_copy(strategy,
     assert len({a.untyped_storage().data_ptr() for a in weights}) == 1
 
 
+def test_batch_linear_inference_members_are_contiguous_as_eager(strategy):
+    """Traced under no_grad there is no weight gradient to lay out: the batched linear computes
+    ``X @ W^T`` and its members are contiguous, as eager's linears (the training form's ``W @ X^T`` would
+    make them transposed views). The same linears traced with grad get the training form."""
+    mods = _linears(6, 5, 4, True)
+
+    def f(*xs):
+        return [m(x).tanh() for m, x in zip(mods, xs)]
+
+    xs = [rand(3, 5, seed=i) for i in range(6)]
+    for grad, want_contiguous in ((False, True), (True, False)):
+        with torch.set_grad_enabled(grad):
+            gm, ex = dynamo_graph(f, *xs)
+            out, report = optimus_eq.optimize(gm, ex, strategy=strategy)
+            assert report.patterns_fired["batch_linear"] == 1
+            (bmm,) = [n for n in out.graph.nodes if n.target is torch.baddbmm]
+            shapes = [a.meta["val"].shape for a in bmm.args[1:]]
+            assert shapes[0] == ((6, 3, 5) if want_contiguous else (6, 4, 5)), shapes  # X or W first
+            for y, e in zip(out(*ex), gm(*ex)):
+                torch.testing.assert_close(y, e)
+                assert y.stride() == e.stride()
+
+
 def test_split_linears_cat_is_one_baddbmm_between_views(strategy):
     n, d, o = 8, 4, 3
     mods = _linears(n, d, o)

@@ -6,6 +6,8 @@ Every builder adds ONE fused op per group and one view per member that equals it
 * batch_linear: ``Y^T = baddbmm(stack(b).unsqueeze(2), stack(w), stack(x).permute(0, 2, 1))`` (``bmm``
   without bias; inputs of rank > 2 flattened to [n, M, in] and outputs viewed back),
   ``y_i = Y^T.permute(0, 2, 1).select(0, i)``: the weights' gradients come out in their own layout;
+  without a weight gradient (inference) ``Y = baddbmm(stack(b).unsqueeze(1), stack(x), stack(w).permute(0, 2, 1))``,
+  ``y_i = Y.select(0, i)``, contiguous as eager's;
 * batch_linear_lhs (one input x): ``Y = linear(x, cat(w), cat(b))``, ``y_i = Y.narrow(-1, offset_i, out_i)``;
 * batch_layernorm: ``Y = addcmul(stack(b), layer_norm(stack(x), no affine), stack(w))`` with the stacked
   weight and bias viewed to broadcast, ``y_i = Y.select(0, i)``; bf16/fp16 are computed in float32 and
@@ -144,6 +146,16 @@ def linear_key(m):
     return ("batch_linear", m.in_shapes[x], m.in_shapes[wt], b is not None, m.types)
 
 
+def _trains_weights(w, members, wt: int) -> bool:
+    """True when some member's weight and output both require grad in eager's values (``node.meta``):
+    the graph is a training step's forward that differentiates the weights. False when unknown."""
+    for m in members:
+        weight, y = w.eager_value(m.inputs[wt]), w.eager_value(m.cls)
+        if weight is not None and y is not None and weight.requires_grad and y.requires_grad:
+            return True
+    return False
+
+
 def build_linear(w, members) -> None:
     """``Y^T = baddbmm(stack(b).unsqueeze(2), stack(w), stack(x).permute(0, 2, 1))`` (``bmm`` without
     bias; x of rank > 2 flattened to ``[n, rows, in]``), ``y_i = Y^T.permute(0, 2, 1).select(0, i)``
@@ -155,6 +167,11 @@ def build_linear(w, members) -> None:
     weight a transposed gradient slice and one eager clone each, see extract/grad.py). The members are
     transposed views of ``Y^T``; pointwise readers read them in place, and a graph output gets eager's
     contiguous layout from the lowering's stride fix (bridge/optimus_bridge/lower.py, ``_fix_strides``).
+
+    That form is for graphs that train the weights (:func:`_trains_weights`); without a backward there is
+    no copy to save, so an inference graph gets ``Y = baddbmm(stack(b).unsqueeze(1), stack(x),
+    stack(w).permute(0, 2, 1))``, whose members are contiguous as eager's linears (no output clone, no
+    strided reads).
     """
     m0, n = members[0], len(members)
     x, wt, b = _linear_parts(m0)
@@ -165,18 +182,24 @@ def build_linear(w, members) -> None:
     X = w.stack([w.handle(m.inputs[x]) for m in members], xs)
     if len(xs) > 2:
         X = w.reshape(X, (n, rows, inp))
-    XT = w.permute(X, (0, 2, 1), (n, inp, rows))
     W = w.stack([w.handle(m.inputs[wt]) for m in members], (out, inp))
     types = (tuple(m0.types[0][:1] * 3), m0.types[1])
-    if b is None:
-        key = w.key("bmm", _recipe("bmm", torch.bmm, _slots(2)), types)
-        YT = w.apply(key, [W, XT], (n, out, rows))
-    else:
+    B = None
+    if b is not None:
         B = w.stack([w.handle(m.inputs[b]) for m in members], (out,))
-        B = w.unsqueeze(B, 2, (n, out, 1))
+    if _trains_weights(w, members, wt):  # Y^T = W @ X^T: weight gradients in the weights' layout
+        lhs, rhs, shape, bias_dim = W, w.permute(X, (0, 2, 1), (n, inp, rows)), (n, out, rows), 2
+    else:                                 # Y = X @ W^T: members contiguous, as eager's
+        lhs, rhs, shape, bias_dim = X, w.permute(W, (0, 2, 1), (n, inp, out)), (n, rows, out), 1
+    if B is None:
+        key = w.key("bmm", _recipe("bmm", torch.bmm, _slots(2)), types)
+        Y = w.apply(key, [lhs, rhs], shape)
+    else:
+        B = w.unsqueeze(B, bias_dim, shape[:bias_dim] + (1,) + shape[bias_dim + 1:])
         key = w.key("baddbmm", _recipe("baddbmm", torch.baddbmm, _slots(3)), types)
-        YT = w.apply(key, [B, W, XT], (n, out, rows))
-    Y = w.permute(YT, (0, 2, 1), (n, rows, out))
+        Y = w.apply(key, [B, lhs, rhs], shape)
+    if bias_dim == 2:
+        Y = w.permute(Y, (0, 2, 1), (n, rows, out))
     for i, m in enumerate(members):
         y = w.select(Y, 0, i, n, (rows, out))
         if len(xs) > 2:
