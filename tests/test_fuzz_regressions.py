@@ -264,3 +264,32 @@ def test_one_output_returned_twice_gets_one_copy(strategy, case):
     c = check(f, xs, strategy, source="fx", pattern_options={"batch_relu": {"min_fuse_set_size": 2},
                                                              "batch_tanh": {"min_fuse_set_size": 2}})
     assert c.outputs[0] is c.outputs[2]
+
+
+# -- session breaker -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_no_grad_region_keeps_dynamo_requires_grad_meta(strategy):
+    """A ``with torch.no_grad():`` in the model: dynamo records ``_set_grad_enabled`` calls (and
+    ``_log_api_usage_once``) without meta, which made ``_ensure_meta`` rerun FakeTensorProp over the whole
+    graph; FakeTensorProp stores detached FakeTensors, so every ``requires_grad`` was lost: the graph was
+    priced as inference (``report.training`` False) and the narrows of the grad-taking ``x @ w`` were not
+    lowered as one split."""
+    import operator
+
+    class F(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(rand(12, 12, seed=0))
+            self.ws = torch.nn.ParameterList(rand(3, 5, seed=i + 1) for i in range(4))
+
+        def forward(self, x):
+            with torch.no_grad():
+                scale = x.abs().amax()
+            parts = torch.split(x @ self.w, 3, dim=1)
+            return torch.stack([torch.relu(p) @ self.ws[i] for i, p in enumerate(parts)], 1) * scale
+
+    c = check(F(), [rand(4, 12, seed=9)], strategy)
+    assert c.report.training
+    splits = [n for n in c.gm2.graph.nodes if n.target is torch.split]
+    assert len(splits) == 1 and all(u.target is operator.getitem for u in splits[0].users), c.gm2.code
