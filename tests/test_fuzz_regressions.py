@@ -326,3 +326,18 @@ def test_post_grad_output_of_a_pointwise_moved_before_a_slice(strategy, case):
     x = _transposed(4, 6) if case == "gapped_view" else _transposed(8, 3, 3)
     aot_check(f, [x], strategy)
 
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int16, torch.int64])
+def test_einsum_to_pointwise_keeps_narrow_integer_dtypes(strategy, dtype):
+    """``einsum("ay,yz->az")`` of int32 became ``(x.unsqueeze(-1) * w).sum(-2)``, whose ``torch.sum``
+    returns int64: the output changed dtype and greedy fell back (lowering's dtype check). Integers narrower
+    than int64 are left to eager's einsum; int64 still becomes pointwise."""
+
+    def f(x, w):
+        return torch.einsum("ay,yz->az", x, w) * 2
+
+    g = torch.Generator().manual_seed(0)
+    x, w = (torch.randint(-4, 4, s, generator=g).to(dtype) for s in ((3, 4), (4, 2)))
+    r = check(f, [x, w], strategy, grad=False, patterns=["einsum_to_pointwise_pass", "normalization_pass"]).report
+    assert bool(r.patterns_fired.get("einsum_to_pointwise_pass")) == (dtype == torch.int64)

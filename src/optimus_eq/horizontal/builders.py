@@ -361,8 +361,9 @@ def einsum_parts(m):
     """``(x, w, P, i, Q, o)`` of an einsum member ``einsum("P i, Q i o -> P o", x, w)`` with Q a suffix of P
     (so ``x.unsqueeze(-1) * w`` broadcasts P against Q from the right), or raise ValueError.
 
-    Every letter appears once per operand (no diagonal), no ellipsis, i and o are not in P, and the
-    static sizes of the letters shared by x, w and the output agree.
+    Every letter appears once per operand (no diagonal), no ellipsis, i and o are not in P, the
+    static sizes of the letters shared by x, w and the output agree, and the dtype is floating or int64
+    (``torch.sum`` turns narrower integers into int64).
     """
     from optimus_bridge.translate import Slot, einsum_operands
 
@@ -394,6 +395,10 @@ def einsum_parts(m):
         raise ValueError("sizes disagree (broadcast einsum)")
     if len(xs) + 1 > MAX_RANK or len(set(m.types[0])) != 1:
         raise ValueError("rank or mixed dtypes")
+    dtype = getattr(torch, m.types[0][0][0].removeprefix("torch."), None)
+    if not isinstance(dtype, torch.dtype) or not (dtype.is_floating_point or dtype == torch.int64):
+        # torch.sum promotes bool and integers narrower than int64 to int64; eager's einsum keeps the dtype
+        raise ValueError("an integer dtype that torch.sum promotes")
     return 0, 1, P, i, Q, o
 
 
