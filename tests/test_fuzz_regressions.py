@@ -341,3 +341,15 @@ def test_einsum_to_pointwise_keeps_narrow_integer_dtypes(strategy, dtype):
     x, w = (torch.randint(-4, 4, s, generator=g).to(dtype) for s in ((3, 4), (4, 2)))
     r = check(f, [x, w], strategy, grad=False, patterns=["einsum_to_pointwise_pass", "normalization_pass"]).report
     assert bool(r.patterns_fired.get("einsum_to_pointwise_pass")) == (dtype == torch.int64)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_decompose_mm_keeps_narrow_integer_dtypes(strategy, dtype):
+    """The same for decompose_mm_pass (post-grad): an int32 ``[1, 5] @ [5, 3]`` (within the CPU size guards)
+    became ``aten.sum`` of a product, int64; greedy fell back with a warning."""
+    g = torch.Generator().manual_seed(0)
+    x, w = (torch.randint(-4, 4, s, generator=g).to(dtype) for s in ((1, 5), (5, 3)))
+    c = aot_check(lambda x, w: (x @ w) * 2, [x, w], strategy, grad=False,
+                  patterns=["decompose_mm_pass", "normalization_aten_pass"])
+    assert bool(c.reports[0].patterns_fired.get("decompose_mm_pass")) == (dtype == torch.int64)

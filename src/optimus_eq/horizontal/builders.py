@@ -395,11 +395,17 @@ def einsum_parts(m):
         raise ValueError("sizes disagree (broadcast einsum)")
     if len(xs) + 1 > MAX_RANK or len(set(m.types[0])) != 1:
         raise ValueError("rank or mixed dtypes")
-    dtype = getattr(torch, m.types[0][0][0].removeprefix("torch."), None)
-    if not isinstance(dtype, torch.dtype) or not (dtype.is_floating_point or dtype == torch.int64):
-        # torch.sum promotes bool and integers narrower than int64 to int64; eager's einsum keeps the dtype
+    if not sum_keeps_dtype(m.types[0][0][0]):
         raise ValueError("an integer dtype that torch.sum promotes")
     return 0, 1, P, i, Q, o
+
+
+def sum_keeps_dtype(name: str) -> bool:
+    """Whether ``torch.sum`` / ``aten.sum`` of a tensor of dtype ``name`` (``"torch.int32"``) keeps that
+    dtype: floating dtypes and int64 do; bool and narrower integers are summed into int64 (the einsum and
+    matmul that a multiply + sum replaces keep the operands' dtype)."""
+    dtype = getattr(torch, name.removeprefix("torch."), None)
+    return isinstance(dtype, torch.dtype) and (dtype.is_floating_point or dtype == torch.int64)
 
 
 def einsum_key(m):
@@ -496,6 +502,8 @@ def should_decompose(m, options: dict) -> bool:
     sa, sb = m.in_shapes[a], m.in_shapes[b]
     rank = 2 if kind == "mm" else 3
     if sa is None or sb is None or len(sa) != rank or len(sb) != rank or len(set(m.types[0])) != 1:
+        return False
+    if not sum_keeps_dtype(m.types[0][0][0]):  # an int32 mm would come back as int64
         return False
     device = m.types[1][1].split(":")[0]
     o = {**DECOMPOSE_MM_OPTIONS, **{k: v for k, v in options.items() if k in DECOMPOSE_MM_OPTIONS}}
