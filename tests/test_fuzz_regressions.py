@@ -353,3 +353,28 @@ def test_decompose_mm_keeps_narrow_integer_dtypes(strategy, dtype):
     c = aot_check(lambda x, w: (x @ w) * 2, [x, w], strategy, grad=False,
                   patterns=["decompose_mm_pass", "normalization_aten_pass"])
     assert bool(c.reports[0].patterns_fired.get("decompose_mm_pass")) == (dtype == torch.int64)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("region", ["autocast", "no_grad"])
+def test_values_live_across_a_global_state_region_are_extracted(strategy, region):
+    """``relu`` of split pieces computed before an autocast (or no_grad) region and concatenated after it:
+    lowering emits such live values before the region, but they were not extraction roots; once the cat
+    after the region folded (relu of the whole tensor, then narrows), their classes had no chosen e-node and
+    lowering raised KeyError (fallback with a warning)."""
+
+    class F(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(6, 6)
+
+        def forward(self, xs):
+            ps = xs.split(6, 1)
+            a = [torch.relu(p) for p in ps[:2]]
+            ctx = torch.autocast("cpu", dtype=torch.bfloat16) if region == "autocast" else torch.no_grad()
+            with ctx:
+                b = [torch.relu(self.lin(p)) for p in ps[2:]]
+            return torch.cat(a + [t.float() for t in b], 1)
+
+    torch.manual_seed(0)
+    check(F(), [rand(5, 24, seed=4)], strategy, pattern_options={"batch_relu": {"min_fuse_set_size": 2}})
