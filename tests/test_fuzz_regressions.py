@@ -7,6 +7,7 @@ import warnings
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from conftest import STRATEGIES, check, rand
 from test_aten import _x, aot_check
@@ -378,3 +379,17 @@ def test_values_live_across_a_global_state_region_are_extracted(strategy, region
 
     torch.manual_seed(0)
     check(F(), [rand(5, 24, seed=4)], strategy, pattern_options={"batch_relu": {"min_fuse_set_size": 2}})
+
+
+def test_zero_row_weight_in_a_fused_linear_keeps_its_empty_gradient():
+    """batch_linear_lhs fused F.linear(x, w1), w1 of 0 rows, with F.linear(x, w2); eqsat then folded the
+    weight cat to w2, w1 left the graph and got no gradient (None) where eager gives an empty [0, 6] one.
+    A linear with no output features is no longer a member."""
+
+    def f(x, w1, w2):
+        return F.linear(x, w1), F.linear(x, w2)
+
+    for strategy in STRATEGIES:
+        r = check(f, [rand(4, 6), rand(0, 6), rand(7, 6)], strategy,
+                  pattern_options={"batch_linear_lhs": {"min_fuse_set_size": 2}}).report
+        assert not r.patterns_fired.get("batch_linear_lhs")
