@@ -7,6 +7,7 @@ import warnings
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from conftest import STRATEGIES, check, rand
 from test_aten import _x, aot_check
@@ -264,3 +265,131 @@ def test_one_output_returned_twice_gets_one_copy(strategy, case):
     c = check(f, xs, strategy, source="fx", pattern_options={"batch_relu": {"min_fuse_set_size": 2},
                                                              "batch_tanh": {"min_fuse_set_size": 2}})
     assert c.outputs[0] is c.outputs[2]
+
+
+# -- session breaker -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_no_grad_region_keeps_dynamo_requires_grad_meta(strategy):
+    """A ``with torch.no_grad():`` in the model: dynamo records ``_set_grad_enabled`` calls (and
+    ``_log_api_usage_once``) without meta, which made ``_ensure_meta`` rerun FakeTensorProp over the whole
+    graph; FakeTensorProp stores detached FakeTensors, so every ``requires_grad`` was lost: the graph was
+    priced as inference (``report.training`` False) and the narrows of the grad-taking ``x @ w`` were not
+    lowered as one split."""
+    import operator
+
+    class F(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(rand(12, 12, seed=0))
+            self.ws = torch.nn.ParameterList(rand(3, 5, seed=i + 1) for i in range(4))
+
+        def forward(self, x):
+            with torch.no_grad():
+                scale = x.abs().amax()
+            parts = torch.split(x @ self.w, 3, dim=1)
+            return torch.stack([torch.relu(p) @ self.ws[i] for i, p in enumerate(parts)], 1) * scale
+
+    c = check(F(), [rand(4, 12, seed=9)], strategy)
+    assert c.report.training
+    splits = [n for n in c.gm2.graph.nodes if n.target is torch.split]
+    assert len(splits) == 1 and all(u.target is operator.getitem for u in splits[0].users), c.gm2.code
+
+
+def _transposed(*shape):
+    """A tensor of ``shape`` laid out transposed (strides increasing), as backward graphs often have."""
+    return rand(*reversed(shape), seed=3).permute(*reversed(range(len(shape))))
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("case", ["one_piece", "every_piece", "cat_and_piece", "gapped_view"])
+def test_post_grad_output_of_a_pointwise_moved_before_a_slice(strategy, case):
+    """Post-grad, ``x[:2] * 3`` of a transposed x became ``(x * 3)[:2]`` (pointwise_through_slice): the
+    output then has x's strides, eager's has dense ones, and Aten-IR lowering had no way to copy to a
+    layout other than contiguous: the graph fell back with a warning (greedy: every case; eqsat:
+    ``every_piece`` and ``gapped_view``; session breaker's fuzz: 9 of 210 post-grad cases). ``gapped_view``:
+    eager's output is a view with gaps into a cat that folds away (the copy keeps the gaps)."""
+    if case == "one_piece":
+        def f(x):
+            return x[:2] * 3
+    elif case == "every_piece":
+        def f(x):
+            ps = torch.split(x, 2, 0)
+            return ps[0] * 3, ps[1] * 3
+    elif case == "cat_and_piece":
+        def f(x):
+            ps = torch.split(x, 2, 0)
+            return torch.cat(ps, 1), ps[0] * 3
+    else:
+        def f(x):
+            return torch.cat(torch.split(x, 2, 1), 1)[:, 1:], x.sum()
+
+    x = _transposed(4, 6) if case == "gapped_view" else _transposed(8, 3, 3)
+    aot_check(f, [x], strategy)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int16, torch.int64])
+def test_einsum_to_pointwise_keeps_narrow_integer_dtypes(strategy, dtype):
+    """``einsum("ay,yz->az")`` of int32 became ``(x.unsqueeze(-1) * w).sum(-2)``, whose ``torch.sum``
+    returns int64: the output changed dtype and greedy fell back (lowering's dtype check). Integers narrower
+    than int64 are left to eager's einsum; int64 still becomes pointwise."""
+
+    def f(x, w):
+        return torch.einsum("ay,yz->az", x, w) * 2
+
+    g = torch.Generator().manual_seed(0)
+    x, w = (torch.randint(-4, 4, s, generator=g).to(dtype) for s in ((3, 4), (4, 2)))
+    r = check(f, [x, w], strategy, grad=False, patterns=["einsum_to_pointwise_pass", "normalization_pass"]).report
+    assert bool(r.patterns_fired.get("einsum_to_pointwise_pass")) == (dtype == torch.int64)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_decompose_mm_keeps_narrow_integer_dtypes(strategy, dtype):
+    """The same for decompose_mm_pass (post-grad): an int32 ``[1, 5] @ [5, 3]`` (within the CPU size guards)
+    became ``aten.sum`` of a product, int64; greedy fell back with a warning."""
+    g = torch.Generator().manual_seed(0)
+    x, w = (torch.randint(-4, 4, s, generator=g).to(dtype) for s in ((1, 5), (5, 3)))
+    c = aot_check(lambda x, w: (x @ w) * 2, [x, w], strategy, grad=False,
+                  patterns=["decompose_mm_pass", "normalization_aten_pass"])
+    assert bool(c.reports[0].patterns_fired.get("decompose_mm_pass")) == (dtype == torch.int64)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("region", ["autocast", "no_grad"])
+def test_values_live_across_a_global_state_region_are_extracted(strategy, region):
+    """``relu`` of split pieces computed before an autocast (or no_grad) region and concatenated after it:
+    lowering emits such live values before the region, but they were not extraction roots; once the cat
+    after the region folded (relu of the whole tensor, then narrows), their classes had no chosen e-node and
+    lowering raised KeyError (fallback with a warning)."""
+
+    class F(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(6, 6)
+
+        def forward(self, xs):
+            ps = xs.split(6, 1)
+            a = [torch.relu(p) for p in ps[:2]]
+            ctx = torch.autocast("cpu", dtype=torch.bfloat16) if region == "autocast" else torch.no_grad()
+            with ctx:
+                b = [torch.relu(self.lin(p)) for p in ps[2:]]
+            return torch.cat(a + [t.float() for t in b], 1)
+
+    torch.manual_seed(0)
+    check(F(), [rand(5, 24, seed=4)], strategy, pattern_options={"batch_relu": {"min_fuse_set_size": 2}})
+
+
+def test_zero_row_weight_in_a_fused_linear_keeps_its_empty_gradient():
+    """batch_linear_lhs fused F.linear(x, w1), w1 of 0 rows, with F.linear(x, w2); eqsat then folded the
+    weight cat to w2, w1 left the graph and got no gradient (None) where eager gives an empty [0, 6] one.
+    A linear with no output features is no longer a member."""
+
+    def f(x, w1, w2):
+        return F.linear(x, w1), F.linear(x, w2)
+
+    for strategy in STRATEGIES:
+        r = check(f, [rand(4, 6), rand(0, 6), rand(7, 6)], strategy,
+                  pattern_options={"batch_linear_lhs": {"min_fuse_set_size": 2}}).report
+        assert not r.patterns_fired.get("batch_linear_lhs")

@@ -16,7 +16,11 @@ Lowering (:data:`ATEN_IR`) emits aten ``OpOverload`` calls: ``Narrow`` -> ``aten
 ``Select`` -> ``aten.select.int``, ``Unsqueeze`` -> ``aten.unsqueeze.default``, ``Reshape`` ->
 ``aten.reshape.default`` (what Inductor's post-grad graphs use for views; it copies only where a view is
 impossible), ``Permute`` -> ``aten.permute.default``, ``Cat`` -> ``aten.cat.default`` (a stack is a cat
-of unsqueezes: Inductor decomposes ``aten.stack`` anyway), output copies -> ``aten.clone.default``. Pure
+of unsqueezes: Inductor decomposes ``aten.stack`` anyway), output copies -> ``aten.clone.default``, or,
+for an output whose eager layout is neither contiguous nor what a clone keeps (a pointwise op moved in front
+of a slice of a transposed tensor: the slice of its result has the whole tensor's strides, eager's
+op on the slice has dense ones), :func:`_restride` (functional ``as_strided_scatter`` into a new buffer,
+then ``as_strided``). Pure
 ops are emitted with the OpOverload they came from. ``val`` meta is filled by FakeTensor propagation in
 the inputs' fake mode, as at Torch-IR.
 """
@@ -95,6 +99,17 @@ def _clone(g, x, fmt):
     return g.call_function(aten.clone.default, (x,), {"memory_format": fmt})
 
 
+def _restride(g, x: Node, shape: tuple, stride: tuple) -> list[Node]:
+    """A copy of ``x`` with exactly ``shape`` and ``stride`` (non-overlapping, static; gaps allowed), in
+    functional aten ops: ``as_strided(as_strided_scatter(x.new_empty([span]), x, shape, stride), shape,
+    stride)``, where ``span`` is the number of elements the layout reaches. Inductor keeps a graph output's
+    meta strides (``keep_output_stride``), so the compiled output is laid out as eager's."""
+    span = 1 + sum((n - 1) * st for n, st in zip(shape, stride)) if all(shape) else 0
+    buf = g.call_function(aten.new_empty.default, (x, [span]))
+    scattered = g.call_function(aten.as_strided_scatter.default, (buf, x, list(shape), list(stride), 0))
+    return [buf, scattered, g.call_function(aten.as_strided.default, (scattered, list(shape), list(stride), 0))]
+
+
 #: Aten-IR lowering (module docstring).
 ATEN_IR = IRLevel(
     views={
@@ -107,5 +122,6 @@ ATEN_IR = IRLevel(
     cat=lambda g, xs, d: g.call_function(aten.cat.default, (xs, d)),
     stack=None,
     clone=_clone,
+    restride=_restride,
     alias=lambda g, x: g.call_function(aten.alias.default, (x,)),
 )

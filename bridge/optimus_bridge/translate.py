@@ -278,6 +278,10 @@ class Translator:
                 if not is_static_tensor(val) and isinstance(val, torch.Tensor):
                     t.symbolic += 1
                 self._opaque(node, val)
+        # lowering emits the barriers' live values before the region (a value computed before a global-state
+        # change stays before it): they must be extracted, even where their readers after the region were
+        # rewritten not to need them (relu pieces of a split whose cat after an autocast region folded)
+        t.roots.extend(n for live in t.barriers.values() for n in live if n in t.node_id)
         return t
 
     def _global_state_region(self) -> set[Node]:

@@ -55,11 +55,16 @@ def _strategy(name: str):
 def _ensure_meta(gm: GraphModule, example_inputs: Sequence | None, level: str = "pre_grad") -> None:
     """Give every node FakeTensor meta (dynamo graphs have it; symbolic_trace graphs do not). Aten-IR
     graphs carry ``val`` on every node that returns something (``val`` is None for ops returning None):
-    there only the placeholders are checked."""
+    there only the placeholders are checked. In a Torch-IR graph a call nobody reads (dynamo's
+    ``_set_grad_enabled`` of a ``with torch.no_grad():``, ``_log_api_usage_once``) returns None and has no
+    meta: it does not make the graph lack meta. Rerunning FakeTensorProp over dynamo's meta would lose its
+    ``requires_grad`` (FakeTensorProp stores detached FakeTensors), which training pricing
+    (:func:`gradient_info`) and split lowering read."""
     from optimus_bridge.translate import meta_val
 
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    needed = placeholders if level == "post_grad" else [n for n in gm.graph.nodes if n.op != "output"]
+    needed = placeholders if level == "post_grad" else [
+        n for n in gm.graph.nodes if n.op == "placeholder" or (n.op != "output" and n.users)]
     if all(meta_val(n) is not None for n in needed):
         return
     if example_inputs is None:

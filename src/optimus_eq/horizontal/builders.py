@@ -213,6 +213,10 @@ def linear_lhs_key(m):
         x, wt, b = _linear_parts(m)
     except ValueError:
         return None
+    if not m.in_shapes[wt] or m.in_shapes[wt][0] == 0:
+        # no output features: nothing to fuse, and the weight cat drops the empty weight (which then gets no
+        # gradient where eager gives it an empty one)
+        return None
     return ("batch_linear_lhs", m.inputs[x], m.in_shapes[x], b is not None, m.types)
 
 
@@ -397,8 +401,9 @@ def einsum_parts(m):
     """``(x, w, P, i, Q, o)`` of an einsum member ``einsum("P i, Q i o -> P o", x, w)`` with Q a suffix of P
     (so ``x.unsqueeze(-1) * w`` broadcasts P against Q from the right), or raise ValueError.
 
-    Every letter appears once per operand (no diagonal), no ellipsis, i and o are not in P, and the
-    static sizes of the letters shared by x, w and the output agree.
+    Every letter appears once per operand (no diagonal), no ellipsis, i and o are not in P, the
+    static sizes of the letters shared by x, w and the output agree, and the dtype is floating or int64
+    (``torch.sum`` turns narrower integers into int64).
     """
     from optimus_bridge.translate import Slot, einsum_operands
 
@@ -430,7 +435,17 @@ def einsum_parts(m):
         raise ValueError("sizes disagree (broadcast einsum)")
     if len(xs) + 1 > MAX_RANK or len(set(m.types[0])) != 1:
         raise ValueError("rank or mixed dtypes")
+    if not sum_keeps_dtype(m.types[0][0][0]):
+        raise ValueError("an integer dtype that torch.sum promotes")
     return 0, 1, P, i, Q, o
+
+
+def sum_keeps_dtype(name: str) -> bool:
+    """Whether ``torch.sum`` / ``aten.sum`` of a tensor of dtype ``name`` (``"torch.int32"``) keeps that
+    dtype: floating dtypes and int64 do; bool and narrower integers are summed into int64 (the einsum and
+    matmul that a multiply + sum replaces keep the operands' dtype)."""
+    dtype = getattr(torch, name.removeprefix("torch."), None)
+    return isinstance(dtype, torch.dtype) and (dtype.is_floating_point or dtype == torch.int64)
 
 
 def einsum_key(m):
@@ -527,6 +542,8 @@ def should_decompose(m, options: dict) -> bool:
     sa, sb = m.in_shapes[a], m.in_shapes[b]
     rank = 2 if kind == "mm" else 3
     if sa is None or sb is None or len(sa) != rank or len(sb) != rank or len(set(m.types[0])) != 1:
+        return False
+    if not sum_keeps_dtype(m.types[0][0][0]):  # an int32 mm would come back as int64
         return False
     device = m.types[1][1].split(":")[0]
     o = {**DECOMPOSE_MM_OPTIONS, **{k: v for k, v in options.items() if k in DECOMPOSE_MM_OPTIONS}}
