@@ -242,12 +242,32 @@ def _backend_report(**compile_kwargs):
     ({"backend_options": {"inductor_config": {"triton.cudagraphs": True}}}, "cudagraph"),
     ({"mode": "reduce-overhead", "backend_options": {"cost_model": GPUCostModel(launch_us=7.0)}}, "launch"),
 ])
-def test_backend_prices_with_the_cudagraph_model_under_reduce_overhead(compile_kwargs, execution):
+def test_backend_prices_with_the_cudagraph_model_under_reduce_overhead(compile_kwargs, execution, monkeypatch):
+    """The mode and options reach the choice of model (the inputs taken to be on CUDA: this machine has none)."""
+    import optimus_bridge.backend as backend_module
+
+    monkeypatch.setattr(backend_module, "_on_cuda", lambda example_inputs: True)
     explicit = compile_kwargs.get("backend_options", {}).get("cost_model")
     r = _backend_report(**compile_kwargs)
     assert r.cost_model.split(" ")[0] == execution
     if explicit is not None:
         assert "launch 7 us" in r.cost_model  # the user's model, untouched
+
+
+def test_cudagraph_model_only_for_graphs_on_cuda():
+    """Inductor records CUDA graphs for CUDA graphs only: under reduce-overhead a CPU graph is priced with
+    launches (a real compile here), a graph with CUDA inputs (fake tensors) with the CUDA-graph model."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from optimus_bridge.backend import cost_model_for
+
+    assert _backend_report(mode="reduce-overhead").cost_model.split(" ")[0] == "launch"
+    with FakeTensorMode():
+        on_gpu = [torch.empty(4, 4, device="cuda")]
+    patches = {"triton.cudagraphs": True}
+    assert cost_model_for(patches, on_gpu).describe().startswith("cudagraph")
+    assert cost_model_for(patches, [torch.ones(4)]).describe().startswith("launch")
+    assert cost_model_for({"triton.cudagraphs": False}, on_gpu).describe().startswith("launch")
 
 
 def test_a_user_s_own_stack_of_weights_is_priced_with_its_gradient_copies():

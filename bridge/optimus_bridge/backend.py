@@ -76,7 +76,7 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
         if pre_grad:
             call_options = optimize_options
             if "cost_model" not in optimize_options:
-                call_options = {**optimize_options, "cost_model": cost_model_for(patches)}
+                call_options = {**optimize_options, "cost_model": cost_model_for(patches, example_inputs)}
             optimized, report = optimize(gm, example_inputs, strategy=strategy, **call_options)
         else:
             optimized, report = gm, None
@@ -117,13 +117,22 @@ def uses_cudagraphs(patches: dict) -> bool:
     return bool(inductor_config.triton.cudagraphs)
 
 
-def cost_model_for(patches: dict):
+def cost_model_for(patches: dict, example_inputs=None):
     """The cost model for a compile with these Inductor config patches: the CUDA-graph model
     (:meth:`optimus_eq.cost.GPUCostModel.cudagraph`: 2.3 us per kernel) when the graph will be replayed as
-    a CUDA graph, else the default (23.3 us per kernel launched)."""
+    a CUDA graph, else the default (23.3 us per kernel launched). Inductor records CUDA graphs only for
+    graphs on CUDA: with ``example_inputs`` given and none of its tensors on a CUDA device, the default."""
     from optimus_eq.cost import GPUCostModel
 
-    return GPUCostModel.cudagraph() if uses_cudagraphs(patches) else GPUCostModel()
+    on_cuda = example_inputs is None or _on_cuda(example_inputs)
+    return GPUCostModel.cudagraph() if uses_cudagraphs(patches) and on_cuda else GPUCostModel()
+
+
+def _on_cuda(example_inputs) -> bool:
+    """Whether any tensor among ``example_inputs`` is on a CUDA device."""
+    import torch
+
+    return any(isinstance(a, torch.Tensor) and a.device.type == "cuda" for a in example_inputs)
 
 
 def _carry_dynamo_metadata(src, dst) -> None:
