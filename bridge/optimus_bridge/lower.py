@@ -27,6 +27,7 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from optimus_bridge.translate import Slot, Translation, meta_val
 from optimus_eq.extract import EGraphView, no_gc
+from optimus_eq.extract.grad import grad_classes, gradient_info
 from optimus_eq.extract.plan import chosen_list
 
 def _call(g: Graph, target, args: tuple, kwargs: dict | None = None, name: str | None = None) -> Node:
@@ -249,47 +250,14 @@ class Lowerer:
             if node.op == "Narrow" and len(node.literals) == 4 and all(type(v) is int for v in node.literals):
                 narrows[cls] = (node.children[0], *node.literals)
         groups = split_groups(narrows)
-        grad = self._requires_grad({g.source for g in groups.values()})
-        self.splits = {c: g for c, g in groups.items() if grad[g.source]}
-
-    def _requires_grad(self, roots: set) -> dict:
-        """e-class -> whether its value takes part in autograd: the ``requires_grad`` of the FX node it holds
-        (FakeTensor meta), else whether any class its chosen e-node reads does (an over-approximation for
-        non-differentiable ops). Only such tensors get one split for their narrows: the split matters for
-        the backward that AOTAutograd traces (one cat instead of summed slice_backwards); without grad,
-        narrows and a split are the same views, and narrows leave no split node to count as junk."""
-        held: dict = {}
-        for n, tid in self.t.node_id.items():
-            c = self.view.node_of.get(tid)
-            v = meta_val(n)
-            if c is not None and isinstance(v, torch.Tensor):
-                held[c] = held.get(c, False) or bool(v.requires_grad)
-        out: dict = {}
-        for root in roots:
-            stack = [root]
-            while stack:
-                cls = stack[-1]
-                if cls in out:
-                    stack.pop()
-                    continue
-                if cls in held:
-                    out[cls] = held[cls]
-                    stack.pop()
-                    continue
-                node = self.view.nodes[self.choice[cls]]
-                if node.op in ("Leaf", "Apply") and node.literals[0] in self.t.opaque_keys:
-                    v = meta_val(self.t.opaque_keys[node.literals[0]])
-                    out[cls] = bool(getattr(v, "requires_grad", False))
-                    stack.pop()
-                    continue
-                kids = self._deps(cls)
-                missing = [c for c in kids if c not in out]
-                if missing:
-                    stack.extend(missing)
-                    continue
-                out[cls] = any(out[c] for c in kids)
-                stack.pop()
-        return out
+        if not groups:
+            return
+        # only tensors that take part in autograd: the split matters for the backward AOTAutograd traces (one
+        # cat instead of summed slice_backwards); without grad, narrows and a split are the same views, and
+        # narrows leave no split node to count as junk
+        info = gradient_info(self.t)
+        grad = grad_classes(self.view, info) if info else set()
+        self.splits = {c: g for c, g in groups.items() if g.source in grad}
 
     def emit_class(self, root: str) -> Node:
         stack = [root]

@@ -13,6 +13,7 @@ from torch.fx import GraphModule
 from optimus_eq.cost import GPUCostModel
 from optimus_eq.egraph import EGraph, Limits
 from optimus_eq.extract import EGraphView, extract, input_cost, no_gc
+from optimus_eq.extract.grad import gradient_info
 from optimus_eq.options import select_patterns
 from optimus_eq.patterns import DEFAULT_REGISTRY, PatternRegistry
 from optimus_eq.report import Report
@@ -59,7 +60,7 @@ def _ensure_meta(gm: GraphModule, example_inputs: Sequence | None, level: str = 
     ``_set_grad_enabled`` of a ``with torch.no_grad():``, ``_log_api_usage_once``) returns None and has no
     meta: it does not make the graph lack meta. Rerunning FakeTensorProp over dynamo's meta would lose its
     ``requires_grad`` (FakeTensorProp stores detached FakeTensors), which training pricing
-    (:func:`gradient_info`) and split lowering read."""
+    (:func:`optimus_eq.extract.grad.gradient_info`) and split lowering read."""
     from optimus_bridge.translate import meta_val
 
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -220,37 +221,6 @@ def _roots_and_forced(view: EGraphView, tr) -> tuple[list, set]:
     return roots, forced
 
 
-def gradient_info(tr, level: str = "pre_grad"):
-    """Which terms of a translated graph require grad (:class:`optimus_eq.extract.grad.GradientInfo`), or
-    None when the graph will not be differentiated: no computed node's value requires grad (traced under
-    ``torch.no_grad``, or no input requires grad), or an Aten-IR graph (``post_grad``: AOTAutograd has
-    already split off the backward, which is optimized as a graph of its own)."""
-    from optimus_bridge.translate import meta_val
-
-    from optimus_eq.extract.grad import GradientInfo
-
-    if level != "pre_grad":
-        return None
-    grad, no_grad, params = set(), set(), {}
-    computed = False
-    for node, h in tr.node_id.items():
-        val = meta_val(node)
-        if not isinstance(val, torch.Tensor):
-            continue
-        if not val.requires_grad:
-            no_grad.add(h)
-            continue
-        grad.add(h)
-        if node.op == "placeholder" or node.op == "get_attr":
-            if val.is_leaf:
-                params[h] = val.numel() if all(isinstance(s, int) for s in val.shape) else None
-        else:
-            computed = True
-    if not computed:
-        return None
-    return GradientInfo(frozenset(grad), frozenset(no_grad), params)
-
-
 def _objective(tr, cost_model, gradients=None):
     """``egraph -> (DAG cost of its tree extraction, plan fingerprint)``, for searches that rank graphs."""
     from optimus_eq.ablation.taso import fingerprint
@@ -279,7 +249,7 @@ class _Plans:
         tr: the bridge's Translation (roots, opaque keys).
         phases: ``optimize``'s phase stack (``"extract"`` is on top while a read or an extraction runs).
         cost_model, method, seconds, ilp_max_nodes: as :func:`optimus_eq.extract.extract`.
-        gradients: :func:`gradient_info` of the graph (None: forward only), given to every view.
+        gradients: :func:`optimus_eq.extract.grad.gradient_info` of the graph (None: forward only), given to every view.
 
     Call with an :class:`EGraph`; returns ``(EGraphView, Extraction)``. Raises RuntimeError on an
     inconsistent e-graph (``EGraphView.inconsistent``) or when a root has no acyclic plan.

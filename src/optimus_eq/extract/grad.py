@@ -24,7 +24,7 @@ contiguous, as compute kernels write it). A stack read unpermuted pays nothing.
 Which forms pay: a user's own ``stack(w).permute(0, 2, 1)`` (priced in the input graph too), and
 ``batch_linear``'s earlier form ``Y = baddbmm(b, X, stack(w).permute(0, 2, 1))`` (64 extra launches per
 DHEN / launch_bound training step on the H200 bench, 70 launches per CUDA-graph step against 6, see
-bench/results/h200_matrix_2026-11-29). ``batch_linear`` now builds ``Y^T = baddbmm(b, stack(w),
+bench/results/h200_matrix_2026-11-29). In training graphs ``batch_linear`` now builds ``Y^T = baddbmm(b, stack(w),
 X.permute(0, 2, 1))`` (horizontal/builders.py, ``build_linear``): the stack of weights is ``bmm``'s first
 operand, unpermuted, its gradient ``dY^T @ X`` is a contiguous ``[n, out, in]`` whose slices AccumulateGrad
 takes without a copy, and this rule charges it nothing (the ``Permute`` in it is of the inputs' stack).
@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+
+import torch
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,36 @@ class GradientInfo:
 
     def __bool__(self) -> bool:
         return bool(self.requires_grad)
+
+
+def gradient_info(tr, level: str = "pre_grad"):
+    """Which terms of a translated graph (``optimus_bridge.translate.Translation``) require grad
+    (:class:`GradientInfo`, from the FX nodes' FakeTensor meta), or
+    None when the graph will not be differentiated: no computed node's value requires grad (traced under
+    ``torch.no_grad``, or no input requires grad), or an Aten-IR graph (``post_grad``: AOTAutograd has
+    already split off the backward, which is optimized as a graph of its own)."""
+    from optimus_bridge.translate import meta_val
+
+    if level != "pre_grad":
+        return None
+    grad, no_grad, params = set(), set(), {}
+    computed = False
+    for node, h in tr.node_id.items():
+        val = meta_val(node)
+        if not isinstance(val, torch.Tensor):
+            continue
+        if not val.requires_grad:
+            no_grad.add(h)
+            continue
+        grad.add(h)
+        if node.op == "placeholder" or node.op == "get_attr":
+            if val.is_leaf:
+                params[h] = val.numel() if all(isinstance(s, int) for s in val.shape) else None
+        else:
+            computed = True
+    if not computed:
+        return None
+    return GradientInfo(frozenset(grad), frozenset(no_grad), params)
 
 
 def contiguous_strides(shape) -> tuple:

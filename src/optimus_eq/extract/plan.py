@@ -107,12 +107,13 @@ def input_cost(rows: dict, root_ids: list[int], opaque_keys, model: GPUCostModel
 
 
 def _input_cost(rows: dict, root_ids: list[int], opaque_keys, model: GPUCostModel, gradients=None) -> float:
-    numel_of_vec = {}
+    shape_of_vec = {}
     for rel, table in rows.items():
         if rel.startswith("Vec") and rel.endswith("In"):
             for row in table:
-                numel_of_vec[row[0]] = math.prod(row[1:])
-    size = {tid: numel_of_vec.get(vid) for tid, vid in rows.get("ShapeIn", ())}
+                shape_of_vec[row[0]] = tuple(row[1:])
+    shapes = {tid: shape_of_vec.get(vid) for tid, vid in rows.get("ShapeIn", ())}
+    size = {tid: None if s is None else math.prod(s) for tid, s in shapes.items()}
     lists = {lid: (x, rest) for lid, _, x, rest in rows.get("ConsIn", ())}
     cons_dim = {lid: d for lid, d, _, _ in rows.get("ConsIn", ())}
     arglists = {lid: (x, rest) for lid, x, rest in rows.get("AConsIn", ())}
@@ -158,21 +159,15 @@ def _input_cost(rows: dict, root_ids: list[int], opaque_keys, model: GPUCostMode
         total += model.node_cost(op, size.get(tid), ins, opaque)
         stack.extend(k for k in kids if k in terms and k not in seen)
     if gradients and getattr(model, "training", False):
-        total += _input_backward(rows, terms, seen, size, cat_dims, gradients, model)
+        total += _input_backward(rows, terms, seen, shapes, size, shape_of_vec, cat_dims, gradients, model)
     return total
 
 
-def _input_backward(rows, terms, seen, size, cat_dims, gradients, model) -> float:
+def _input_backward(rows, terms, seen, shapes, size, shape_of_vec, cat_dims, gradients, model) -> float:
     """The backward's cost of the input graph's terms (``seen``), priced as
     :func:`optimus_eq.extract.grad.training_costs` prices e-nodes."""
     from optimus_eq.extract.grad import member_grad_is_strided
 
-    shape_of_vec = {}
-    for rel, table in rows.items():
-        if rel.startswith("Vec") and rel.endswith("In"):
-            for row in table:
-                shape_of_vec[row[0]] = tuple(row[1:])
-    shapes = {tid: shape_of_vec.get(vid) for tid, vid in rows.get("ShapeIn", ())}
     perms = {row[0]: shape_of_vec.get(row[2]) for row in rows.get("PermuteIn", ())}
     unsq = {row[0]: (row[1], row[2]) for row in rows.get("UnsqueezeIn", ())}
     grad = set(gradients.requires_grad) & set(terms)
