@@ -285,6 +285,14 @@ def layer_norm_key(m):
 _UPCAST = {"torch.bfloat16": torch.bfloat16, "torch.float16": torch.float16}
 
 
+def _to(w, h, shape, src, dst):
+    """``h.to(dtype)`` (Torch-IR) from the (dtype, device) type ``src`` to ``dst``; ``h`` when they are equal."""
+    if src == dst:
+        return h
+    dtype = torch.float32 if dst[0] == "torch.float32" else _UPCAST[dst[0]]
+    return w.apply(w.key(f"to:{dst[0]}", _method("to", dtype), ((src,), dst)), [h], shape)
+
+
 def build_layer_norm(w, members) -> None:
     m0, n = members[0], len(members)
     x, wt, b, ns, eps = _layer_norm_parts(m0)
@@ -294,14 +302,7 @@ def build_layer_norm(w, members) -> None:
     low = t[0] in _UPCAST
     c = ("torch.float32", t[1]) if low else t  # computing type
 
-    def cast(h, shape, src, dst):
-        if src == dst:
-            return h
-        dtype = torch.float32 if dst[0] == "torch.float32" else _UPCAST[dst[0]]
-        key = w.key(f"to:{dst[0]}", _method("to", dtype), ((src,), dst))
-        return w.apply(key, [h], shape)
-
-    X = cast(w.stack([w.handle(m.inputs[x]) for m in members], xs), out, t, c)
+    X = _to(w, w.stack([w.handle(m.inputs[x]) for m in members], xs), out, t, c)
     ln = w.key(f"layer_norm{ns}{eps}", _recipe("layer_norm", F.layer_norm, (_slots(1)[0], ns, None, None, eps)),
                ((c,), c))
     Y = w.apply(ln, [X], out)
@@ -319,7 +320,7 @@ def build_layer_norm(w, members) -> None:
     elif b is not None:
         key = w.key("add", _recipe("add", torch.add, _slots(2)), ((c, t), c))
         Y = w.apply(key, [Y, stacked(b)], out)
-    Y = cast(Y, out, c, t)
+    Y = _to(w, Y, out, c, t)
     for i, m in enumerate(members):
         w.union(m, w.select(Y, 0, i, n, xs))
 
@@ -503,19 +504,13 @@ def build_einsum(w, members) -> None:
         t, out = m.types[0][0], m.types[1]
         c = ("torch.float32", t[1]) if t[0] in _UPCAST else t  # computing type
 
-        def cast(h, shape, src, dst):
-            if src == dst:
-                return h
-            dtype = torch.float32 if dst[0] == "torch.float32" else _UPCAST[dst[0]]
-            return w.apply(w.key(f"to:{dst[0]}", _method("to", dtype), ((src,), dst)), [h], shape)
-
-        X = w.unsqueeze(cast(w.handle(m.inputs[x]), sx, t, c), len(sx), sx + (1,))
-        W = cast(w.handle(m.inputs[wt]), sw, t, c)
+        X = w.unsqueeze(_to(w, w.handle(m.inputs[x]), sx, t, c), len(sx), sx + (1,))
+        W = _to(w, w.handle(m.inputs[wt]), sw, t, c)
         prod_shape = sx + (sw[-1],)
         mul = w.key("einsum_to_pointwise:mul", _recipe("mul", torch.mul, _slots(2)), ((c, c), c))
         prod = w.apply(mul, [X, W], prod_shape)
         red = w.key("einsum_to_pointwise:sum", _recipe("sum", torch.sum, (_slots(1)[0], -2)), ((c,), c))
-        y = cast(w.apply(red, [prod], m.shape), tuple(m.shape), c, out)
+        y = _to(w, w.apply(red, [prod], m.shape), tuple(m.shape), c, out)
         if perm is not None:
             pshape = tuple(m.shape[d] for d in perm)
             inv = [perm.index(d) for d in range(len(perm))]
