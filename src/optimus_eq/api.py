@@ -11,7 +11,7 @@ import torch
 from torch.fx import GraphModule
 
 from optimus_eq.cost import GPUCostModel
-from optimus_eq.egraph import EGraph, Limits
+from optimus_eq.egraph import EGraph, Limits, is_rust_panic
 from optimus_eq.extract import EGraphView, extract, input_cost, no_gc
 from optimus_eq.extract.grad import gradient_info
 from optimus_eq.options import select_patterns
@@ -167,7 +167,9 @@ def optimize(
                 result = _run(gm, example_inputs, strategy, chosen, limits or Limits(), extractor,
                               cost_model or GPUCostModel(), ilp_seconds, ilp_max_nodes, registry, report, phases,
                               dict(strategy_options or {}), level, pattern_options)
-        except Exception as exc:  # fail-safe: never break the user's model
+        except BaseException as exc:  # fail-safe: never break the user's model
+            if not isinstance(exc, Exception) and not is_rust_panic(exc):
+                raise  # KeyboardInterrupt, SystemExit: the user's, not ours
             report.fallback = f"{phases[-1]} failed: {type(exc).__name__}: {exc}"
             warnings.warn(f"optimus_eq: {report.fallback}; returning the original graph", stacklevel=2)
             _counters()["fallback"] += 1

@@ -83,44 +83,64 @@ def commands(program: str) -> list[str]:
     return [c for c in out if c.strip()]
 
 
+def is_rust_panic(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Rust panic surfaced by pyo3 (``pyo3_runtime.PanicException``, a BaseException,
+    so ``except Exception`` lets it through): the fail-safe treats it as an internal failure."""
+    return type(exc).__name__ == "PanicException" and type(exc).__module__ == "pyo3_runtime"
+
+
 class _Template:
     """An e-graph holding only a program (sorts, tables, rules), lent out one user at a time: the user works
-    above an egglog ``push`` and gives it back with ``pop``, which restores the empty e-graph."""
+    above an egglog ``push`` and gives it back with ``pop``, which restores the empty e-graph.
+
+    egglog's ``EGraph`` is unsendable (pyo3 panics when another thread touches it), so a template belongs to
+    the thread that declared it (``owner``) and lives in that thread's own cache (:data:`_LOCAL`)."""
 
     def __init__(self, program: str) -> None:
+        self.owner = threading.get_ident()
         self.egraph = eb.EGraph()
         for command in commands(program):
             self.egraph.run_program(*self.egraph.parse_program(command))
         self.lock = threading.Lock()
         self.sizes = self.table_sizes()
+        self.broken = False
 
     def table_sizes(self) -> list:
         (out,) = self.egraph.run_program(eb.PrintSize(_SPAN, None))
         return sorted(out.sizes)
 
 
-#: program text -> its template (the most recently used few): declaring the program costs 0.2-0.3 s
-#: (egglog compiles each rule's query), a push or pop about 2 ms.
-_TEMPLATES: "OrderedDict[str, _Template]" = OrderedDict()
+#: per thread: program text -> its template (the most recently used few). Declaring the program costs
+#: 0.1-0.3 s (egglog compiles each rule's query), a push or pop about 2 ms. Thread-local because an egglog
+#: e-graph may only be used by the thread that made it: autograd's device thread (which compiles the backward
+#: lazily under ``post_grad=True`` on the GPU) and a user's worker threads get templates of their own, and a
+#: thread's templates are dropped on that thread when it ends.
+_LOCAL = threading.local()
 _TEMPLATES_MAX = 8
-_TEMPLATES_LOCK = threading.Lock()
+
+
+def _templates() -> "OrderedDict[str, _Template]":
+    cache = getattr(_LOCAL, "templates", None)
+    if cache is None:
+        cache = _LOCAL.templates = OrderedDict()
+    return cache
 
 
 def _lend(program: str, depth: list[int]):
     """An ``egglog.bindings.EGraph`` with ``program`` declared, and the function that gives it back (or None
     for an e-graph of the caller's own, when the template is lent out already). ``depth[0]`` counts the
     pushes to undo when giving it back (1 for the lending push, plus the user's own pushes)."""
-    with _TEMPLATES_LOCK:
-        template = _TEMPLATES.get(program)
-        if template is not None:
-            _TEMPLATES.move_to_end(program)
+    cache = _templates()
+    template = cache.get(program)
+    if template is not None and template.broken:
+        del cache[program]
+        template = None
     if template is None:
-        template = _Template(program)
-        with _TEMPLATES_LOCK:
-            template = _TEMPLATES.setdefault(program, template)
-            while len(_TEMPLATES) > _TEMPLATES_MAX:
-                _TEMPLATES.popitem(last=False)
-    if not template.lock.acquire(blocking=False):  # in use (another thread, or a live EGraph): a fresh one
+        template = cache[program] = _Template(program)
+        while len(cache) > _TEMPLATES_MAX:
+            cache.popitem(last=False)
+    cache.move_to_end(program)
+    if not template.lock.acquire(blocking=False):  # in use (a live EGraph of this thread): a fresh one
         fresh = eb.EGraph()
         fresh.run_program(*fresh.parse_program(program))
         return fresh, None
@@ -129,10 +149,16 @@ def _lend(program: str, depth: list[int]):
     except BaseException:
         template.lock.release()
         raise
-    return template.egraph, lambda: _give_back(program, template, depth)
+    return template.egraph, lambda: _give_back(template, depth)
 
 
-def _give_back(program: str, template: _Template, depth: list[int]) -> None:
+def _give_back(template: _Template, depth: list[int]) -> None:
+    if threading.get_ident() != template.owner:
+        # a finalizer run by the garbage collector on another thread: touching the e-graph would panic.
+        # Never lend this template again; its thread drops it at the next lend (or when it ends).
+        template.broken = True
+        template.lock.release()
+        return
     try:
         template.egraph.run_program(eb.Pop(_SPAN, depth[0]))
         ok = template.table_sizes() == template.sizes  # back to the bare program, or never lend it again
@@ -140,10 +166,7 @@ def _give_back(program: str, template: _Template, depth: list[int]) -> None:
         ok = False
     finally:
         template.lock.release()
-    if not ok:
-        with _TEMPLATES_LOCK:
-            if _TEMPLATES.get(program) is template:
-                del _TEMPLATES[program]
+    template.broken = template.broken or not ok
 
 
 class EGraph:
