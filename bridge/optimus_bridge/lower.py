@@ -16,6 +16,8 @@ have (expanded, overlapping) fall back. The GraphModule generates its Python cod
 
 from __future__ import annotations
 
+import copy
+
 import operator
 import sys
 from dataclasses import dataclass, field
@@ -167,6 +169,10 @@ class Lowerer:
         self.t, self.view, self.choice = t, view, choice
         self.level = level or TORCH_IR
         self.graph = Graph()
+        # the calling convention: a pytree codegen (``ExportedProgram.module()``: inputs and outputs as the
+        # user's pytrees) stays, or the optimized module would return a tuple where the original returned a
+        # tensor
+        self.graph._codegen = copy.copy(t.gm.graph._codegen)
         self.env: dict[Node, Node] = {}
         self.cval: dict[str, Node] = {}
         self.kept = set(t.kept)

@@ -4,6 +4,10 @@ Library use::
 
     gm2, report = optimus_eq.optimize(gm, example_inputs, strategy="eqsat")
 
+torch.export use::
+
+    ep2, report = optimus_eq.optimize_exported(torch.export.export(model, args))
+
 torch.compile use::
 
     torch.compile(model, backend="optimus_eq")                       # eqsat, then Inductor
@@ -44,10 +48,18 @@ def post_grad_pass(strategy: str = "eqsat", **options):
     return PostGradPass(strategy, **options)
 
 
+def optimize_exported(ep, example_inputs=None, strategy: str = "eqsat", **options):
+    """Optimize a ``torch.export.ExportedProgram`` (Aten-IR, post-grad patterns) and export the result again:
+    ``(ExportedProgram, Report)``. See :func:`optimus_bridge.export.optimize_exported`."""
+    from optimus_bridge.export import optimize_exported as _optimize_exported
+
+    return _optimize_exported(ep, example_inputs, strategy, **options)
+
+
 def list_patterns() -> list[tuple[str, tuple[str, ...], str]]:
     """Registered patterns as ``(name, IR levels, kind)``, in greedy pass order."""
     return [(p.name, p.levels, p.kind) for p in DEFAULT_REGISTRY]
 
 
 __all__ = ["STRATEGIES", "DEFAULT_REGISTRY", "HorizontalPattern", "Limits", "Pattern", "Report", "Rule", "backend",
-           "count_ops", "last_reports", "list_patterns", "optimize", "post_grad_pass"]
+           "count_ops", "last_reports", "list_patterns", "optimize", "optimize_exported", "post_grad_pass"]

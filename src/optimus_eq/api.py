@@ -82,6 +82,25 @@ def _ensure_meta(gm: GraphModule, example_inputs: Sequence | None, level: str = 
             n.meta.setdefault("example_value", n.meta["val"])
 
 
+def ir_level(gm: GraphModule) -> str:
+    """The IR level of ``gm``: ``"post_grad"`` for an Aten-IR graph (some call targets an aten OpOverload and
+    none a Torch-IR function or method: AOTAutograd's graphs, ``ExportedProgram.module()``), else
+    ``"pre_grad"`` (dynamo's and ``symbolic_trace``'s graphs; a graph of only ``operator`` calls too)."""
+    import operator
+
+    aten = torch_ir = False
+    for n in gm.graph.nodes:
+        if n.op == "call_method":
+            torch_ir = True
+        elif n.op == "call_function":
+            if isinstance(n.target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+                aten = True
+            elif getattr(n.target, "__module__", None) not in (operator.__name__, "_operator", "builtins") \
+                    and not isinstance(n.target, torch._ops.HigherOrderOperator):
+                torch_ir = True
+    return "post_grad" if aten and not torch_ir else "pre_grad"
+
+
 def optimize(
     gm: GraphModule,
     example_inputs: Sequence | None = None,
@@ -95,7 +114,7 @@ def optimize(
     ilp_max_nodes: int = 40_000,
     registry: PatternRegistry = DEFAULT_REGISTRY,
     strategy_options: dict | None = None,
-    level: str = "pre_grad",
+    level: str | None = None,
     pre_grad_fusion_options: dict | None = None,
     post_grad_fusion_options: dict | None = None,
     pattern_options: dict | None = None,
@@ -121,7 +140,8 @@ def optimize(
         registry: where patterns are looked up.
         strategy_options: keyword options of the strategy's search (``taso``: ``alpha``; ``tensat``:
             ``k_multi``).
-        level: ``"pre_grad"`` (a Torch-IR graph, as dynamo hands it to a backend) or ``"post_grad"``
+        level: None (the default: :func:`ir_level` reads it off the graph), ``"pre_grad"`` (a Torch-IR graph,
+            as dynamo hands it to a backend) or ``"post_grad"``
             (an Aten-IR graph from AOTAutograd, nodes calling aten OpOverloads; the result calls aten
             OpOverloads too, with ``val`` meta, as Inductor's post-grad passes expect).
         pre_grad_fusion_options: the built-in Optimus option dictionary (``{"split_cat_pass": {},
@@ -147,6 +167,8 @@ def optimize(
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; valid: {STRATEGIES}")
+    if level is None:
+        level = ir_level(gm)
     if level not in LEVELS:
         raise ValueError(f"unknown level {level!r}; valid: {LEVELS}")
     chosen = select_patterns(registry, patterns, level, pre_grad_fusion_options=pre_grad_fusion_options,

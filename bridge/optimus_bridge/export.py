@@ -1,0 +1,87 @@
+"""torch.export: optimize an ``ExportedProgram`` and hand back an ``ExportedProgram``.
+
+An exported program is Aten-IR (``torch.export.export`` traces to aten OpOverloads), so it is optimized at
+the post-grad level, the level whose patterns read aten ops. Its decomposed form (``run_decompositions``,
+core ATen: ``linear`` -> ``permute`` + ``addmm``, ``layer_norm`` -> ``native_layer_norm``) is what the
+post-grad horizontal patterns match and what AOTInductor lowers anyway. The optimized module is exported
+again, so the result runs, re-exports and compiles with ``torch._inductor.aoti_compile_and_package``.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+
+def optimize_exported(ep, example_inputs: tuple | None = None, strategy: str = "eqsat", *,
+                      decompose: bool = True, **options):
+    """Optimize an exported program.
+
+    Args:
+        ep: a ``torch.export.ExportedProgram``.
+        example_inputs: ``(args, kwargs)`` to export the optimized module with (default: ``ep.example_inputs``,
+            which ``torch.export.export`` records).
+        strategy: as :func:`optimus_eq.optimize` (``"eqsat"``, ``"greedy"``, ...).
+        decompose: run ``ep.run_decompositions()`` first (core ATen), so that ``aten.linear`` is an ``addmm``
+            the post-grad ``batch_linear`` matches.
+        **options: passed to :func:`optimus_eq.optimize` (``patterns`` are post-grad pattern names).
+
+    Returns:
+        ``(program, report)``: a new ``ExportedProgram`` with the same call signature (inputs and outputs as
+        the user's pytrees); dims that are dynamic in ``ep`` (``torch.export.Dim``) are exported as
+        ``Dim.AUTO`` again. On any internal failure (optimizing, or exporting the optimized module) ``ep``
+        itself with one warning (``report.fallback`` says why).
+
+    Raises:
+        TypeError: ``ep`` is not an ``ExportedProgram``.
+        ValueError: no example inputs (``ep.example_inputs`` is None and none given); bad options, as
+            :func:`optimus_eq.optimize` raises them.
+    """
+    from optimus_eq.api import optimize
+
+    if not isinstance(ep, torch.export.ExportedProgram):
+        raise TypeError(f"optimize_exported takes a torch.export.ExportedProgram, not {type(ep).__name__}; "
+                        "for a GraphModule call optimus_eq.optimize")
+    example_inputs = example_inputs if example_inputs is not None else ep.example_inputs
+    if example_inputs is None:
+        raise ValueError("the ExportedProgram records no example inputs; pass example_inputs=(args, kwargs)")
+    args, kwargs = example_inputs
+    if "level" in options and options["level"] != "post_grad":
+        raise ValueError("an ExportedProgram is Aten-IR: optimize_exported runs level='post_grad' only")
+    options = {k: v for k, v in options.items() if k != "level"}
+    source = ep.run_decompositions() if decompose else ep
+    gm = source.module()
+    new_gm, report = optimize(gm, None, strategy=strategy, level="post_grad", **options)
+    if new_gm is gm:  # strategy "none", or a fallback (already warned)
+        return ep, report
+    try:
+        program = torch.export.export(new_gm, tuple(args), dict(kwargs),
+                                      dynamic_shapes=_dynamic_shapes(ep, new_gm, args, kwargs))
+    except Exception as exc:  # fail-safe: the user's program is never lost
+        report.fallback = f"re-export failed: {type(exc).__name__}: {exc}"
+        warnings.warn(f"optimus_eq: {report.fallback}; returning the original program", stacklevel=2)
+        return ep, report
+    return program, report
+
+
+def _dynamic_shapes(ep, module, args, kwargs):
+    """``dynamic_shapes`` for exporting ``module`` (the optimized ``ep.module()``) with ``args``/``kwargs``:
+    ``Dim.AUTO`` at every dim of a user input that is symbolic in ``ep``, None (static) elsewhere, keyed by
+    ``module.forward``'s parameter names; None when ``ep`` has no symbolic input dim."""
+    import inspect
+
+    from torch.export import Dim
+    from torch.utils._pytree import tree_flatten, tree_unflatten
+
+    user = set(ep.graph_signature.user_inputs)
+    vals = [n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder" and n.name in user]
+    specs = [{d: Dim.AUTO for d, s in enumerate(v.shape) if not isinstance(s, int)} or None
+             if isinstance(v, torch.Tensor) else None for v in vals]
+    if not any(specs):
+        return None
+    bound = inspect.signature(module.forward).bind(*args, **kwargs).arguments
+    flat, tree = tree_flatten(dict(bound))
+    if len(flat) != len(specs):
+        return None  # an input structure this mapping does not know: export decides (static)
+    return tree_unflatten(specs, tree)
