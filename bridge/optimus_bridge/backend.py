@@ -53,9 +53,16 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
         raise ValueError(f"unknown strategy {strategy!r}; valid: {STRATEGIES}")
     if post_grad and not compile:
         raise ValueError("post_grad=True needs compile=True (the post-grad pass runs inside Inductor)")
-    _check_options(options)
-    by_level = _pattern_options_by_level(options)
     base_patches = dict(inductor_config or {})
+    notes = _own_optimus_passes(strategy, pre_grad, post_grad, base_patches, options)
+    try:
+        _check_options(options)
+    except (ValueError, NotImplementedError) as exc:
+        if any("read as" in n for n in notes):
+            raise type(exc)(f"{exc} (from Inductor's *_grad_fusion_options, which this backend reads as its "
+                            "pattern selection; pass patterns= or pre_grad_fusion_options= to choose)") from exc
+        raise
+    by_level = _pattern_options_by_level(options)
     if post_grad:
         from optimus_bridge.post_grad import PostGradPass, install
 
@@ -78,6 +85,7 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
             if "cost_model" not in optimize_options:
                 call_options = {**optimize_options, "cost_model": cost_model_for(patches, example_inputs)}
             optimized, report = optimize(gm, example_inputs, strategy=strategy, **call_options)
+            report.notes.extend(notes)
         else:
             optimized, report = gm, None
         if optimized is not gm:
@@ -104,6 +112,36 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
             return compile_fx(gm, example_inputs, config_patches=patches)
 
     return optimus_eq_backend
+
+
+def _own_optimus_passes(strategy: str, pre_grad: bool, post_grad: bool, patches: dict, options: dict) -> list[str]:
+    """Make optimus-eq the one owner of the Optimus passes at the levels it optimizes (not for ``"none"``,
+    the baseline that keeps Inductor's own passes).
+
+    A non-empty ``pre_grad_fusion_options`` / ``post_grad_fusion_options`` (in ``patches``, else Inductor's
+    global config, read now) becomes our pattern selection in ``options`` where the user chose none
+    (``patterns`` or the same dictionary); ``patches`` switches the built-in passes off for the compiles
+    handed to Inductor, which otherwise ran them again on our output (and crashed where they crash: a
+    symbolic split under ``dynamic=True``). Edits ``patches`` and ``options``; returns the notes for the
+    reports.
+    """
+    import torch._inductor.config as inductor_config
+
+    notes = []
+    if strategy == "none":
+        return notes
+    for level, on in (("pre_grad", pre_grad), ("post_grad", post_grad)):
+        if not on:
+            continue
+        key = f"{level}_fusion_options"
+        builtin = patches.get(key, getattr(inductor_config, key, None)) or {}
+        if builtin and key not in options and not (level == "pre_grad" and "patterns" in options):
+            options[key] = dict(builtin)
+            notes.append(f"Inductor's {key} read as optimus_eq's pattern selection")
+        patches[key] = {}
+        if builtin:
+            notes.append(f"built-in {level.replace('_', '-')} Optimus passes switched off for this compile")
+    return notes
 
 
 def uses_cudagraphs(patches: dict) -> bool:

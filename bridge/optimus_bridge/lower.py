@@ -757,8 +757,8 @@ def _fast_reshape_copy(n: Node, env: dict, twin_of, fake_type, mode):
     try:
         t.view(args[1])
         return None  # a view
-    except RuntimeError:
-        pass
+    except (RuntimeError, ValueError):  # ValueError: the Python reference (_refs.view), which meta tensors take
+        pass                            # under the Python dispatcher, as inside Inductor's pre-grad passes
     try:
         shape = t.reshape(args[1]).shape  # the meta kernel's copy: the shape (-1 inferred)
     except Exception:  # a wrong shape: FakeTensorProp raises the user's error

@@ -73,6 +73,9 @@ class PostGradPass(CustomGraphPass):
             (a pre-grad one) or with unknown option names, at construction.
     """
 
+    #: the IR level of the graphs Inductor hands this hook
+    LEVEL = "post_grad"
+
     def __init__(self, strategy: str = "eqsat", **options: Any) -> None:
         from optimus_eq.api import STRATEGIES
         from optimus_eq.patterns import DEFAULT_REGISTRY
@@ -80,31 +83,46 @@ class PostGradPass(CustomGraphPass):
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {strategy!r}; valid: {STRATEGIES}")
         if "level" in options:
-            raise TypeError("PostGradPass always optimizes at level 'post_grad'")
+            raise TypeError(f"{type(self).__name__} always optimizes at level {self.LEVEL!r}")
         from optimus_eq.api import _check_pattern_options
         from optimus_eq.options import select_patterns
 
         # names and option dictionaries checked now, not with a ValueError inside Inductor's compile
-        chosen = select_patterns(options.get("registry", DEFAULT_REGISTRY), options.get("patterns"), "post_grad",
+        chosen = select_patterns(options.get("registry", DEFAULT_REGISTRY), options.get("patterns"), self.LEVEL,
                                  pre_grad_fusion_options=options.get("pre_grad_fusion_options"),
                                  post_grad_fusion_options=options.get("post_grad_fusion_options"))
         _check_pattern_options(chosen, dict(options.get("pattern_options") or {}))
         self.strategy, self.options = strategy, options
 
     def __call__(self, graph: Graph) -> None:
-        optimize_in_place(graph, self.strategy, **self.options)
+        optimize_in_place(graph, self.strategy, level=self.LEVEL, **self.options)
 
     def uuid(self) -> str:
         """Identifies the pass for Inductor's cache: source files, strategy, options, registered patterns."""
         from optimus_eq.patterns import DEFAULT_REGISTRY
 
         opts = {k: v for k, v in self.options.items() if k != "registry"}
-        text = "|".join([_source_hash(), self.strategy, repr(sorted(opts.items(), key=lambda kv: kv[0])),
+        text = "|".join([_source_hash(), self.LEVEL, self.strategy, repr(sorted(opts.items(), key=lambda kv: kv[0])),
                          _registry_fingerprint(self.options.get("registry", DEFAULT_REGISTRY))])
         return hashlib.sha256(text.encode()).hexdigest()
 
     def __repr__(self) -> str:
-        return f"PostGradPass(strategy={self.strategy!r})"
+        return f"{type(self).__name__}(strategy={self.strategy!r})"
+
+
+class PreGradPass(PostGradPass):
+    """optimus-eq as Inductor's pre-grad custom pass (``torch._inductor.config.pre_grad_custom_pass``):
+    the Torch-IR graph Dynamo captured, optimized in place before AOTAutograd, so a user keeps
+    ``backend="inductor"`` and every Inductor option. Same arguments, reports and fail-safe as
+    :class:`PostGradPass` (``level`` is ``"pre_grad"``; ``patterns`` are pre-grad names). Its ``uuid`` lets
+    Inductor run it after the cache lookup (``pre_grad_pass_timing`` "late").
+
+    Inductor runs its own pre-grad passes, the built-in Optimus passes among them, before this hook on the
+    same graph (torch/_inductor/fx_passes/pre_grad.py); turn them off (``pre_grad_fusion_options = {}``)
+    to let this pass own the patterns.
+    """
+
+    LEVEL = "pre_grad"
 
 
 class ChainedPass(CustomGraphPass):
@@ -150,8 +168,10 @@ def install(config_patches: dict, post_grad_pass: CustomGraphPass, hook: str = "
     return config_patches
 
 
-def optimize_in_place(graph: Graph | GraphModule, strategy: str = "eqsat", **options: Any):
-    """Optimize an Aten-IR graph in place: its nodes are replaced by the optimized graph's.
+def optimize_in_place(graph: Graph | GraphModule, strategy: str = "eqsat", level: str = "post_grad",
+                      **options: Any):
+    """Optimize an Aten-IR (``level="post_grad"``) or Torch-IR (``"pre_grad"``) graph in place: its nodes are
+    replaced by the optimized graph's.
 
     ``graph`` is the ``torch.fx.Graph`` Inductor hands a custom pass (its ``owning_module`` supplies the
     attributes of ``get_attr`` nodes) or a GraphModule. Placeholders (and their meta) stay; every other
@@ -165,13 +185,13 @@ def optimize_in_place(graph: Graph | GraphModule, strategy: str = "eqsat", **opt
     from optimus_eq.report import Report
 
     gm = graph if isinstance(graph, GraphModule) else graph.owning_module
-    _counters()["post_grad_graphs"] += 1
+    _counters()[f"{level}_graphs"] += 1
     if gm is None:
-        warnings.warn("optimus_eq: post-grad graph has no owning module; left unchanged", stacklevel=2)
-        report = Report(strategy=strategy, level="post_grad")
+        warnings.warn(f"optimus_eq: {level} graph has no owning module; left unchanged", stacklevel=2)
+        report = Report(strategy=strategy, level=level)
         report.fallback = "graph has no owning module"
         return report
-    new_gm, report = optimize(gm, None, strategy=strategy, level="post_grad", **options)
+    new_gm, report = optimize(gm, None, strategy=strategy, level=level, **options)
     if new_gm is gm:
         return report
     try:

@@ -17,6 +17,7 @@ torch.compile use::
 Inductor's post-grad hook, for users who set Inductor's config themselves::
 
     torch._inductor.config.post_grad_custom_pre_pass = optimus_eq.post_grad_pass(strategy="eqsat")
+    torch._inductor.config.pre_grad_custom_pass = optimus_eq.pre_grad_pass(strategy="eqsat")
 """
 
 from optimus_eq.api import STRATEGIES, count_ops, last_reports, optimize
@@ -56,10 +57,19 @@ def optimize_exported(ep, example_inputs=None, strategy: str = "eqsat", **option
     return _optimize_exported(ep, example_inputs, strategy, **options)
 
 
+def pre_grad_pass(strategy: str = "eqsat", **options):
+    """Inductor's pre-grad custom pass (``torch._inductor.config.pre_grad_custom_pass``, a ``CustomGraphPass``
+    with a ``uuid``): optimizes the Torch-IR graph Dynamo captured, in place, inside ``backend="inductor"``.
+    See :class:`optimus_bridge.post_grad.PreGradPass`."""
+    from optimus_bridge.post_grad import PreGradPass
+
+    return PreGradPass(strategy, **options)
+
+
 def list_patterns() -> list[tuple[str, tuple[str, ...], str]]:
     """Registered patterns as ``(name, IR levels, kind)``, in greedy pass order."""
     return [(p.name, p.levels, p.kind) for p in DEFAULT_REGISTRY]
 
 
 __all__ = ["STRATEGIES", "DEFAULT_REGISTRY", "HorizontalPattern", "Limits", "Pattern", "Report", "Rule", "backend",
-           "count_ops", "last_reports", "list_patterns", "optimize", "optimize_exported", "post_grad_pass"]
+           "count_ops", "last_reports", "list_patterns", "optimize", "optimize_exported", "post_grad_pass", "pre_grad_pass"]

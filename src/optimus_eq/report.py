@@ -33,6 +33,8 @@ class Report:
         training: whether the graph will be differentiated and its backward was priced.
         fallback: the cause when the original graph was returned because something failed.
         left_opaque: FX nodes kept verbatim (outside the vocabulary, symbolic sizes, mutation).
+        notes: what the caller changed around the optimization (the backend: Inductor's built-in Optimus
+            options read as ours, the built-in passes switched off).
     """
 
     strategy: str
@@ -55,6 +57,7 @@ class Report:
     training: bool = False
     fallback: str | None = None
     left_opaque: int = 0
+    notes: list = field(default_factory=list)
 
     JUNK = ("split", "chunk", "unbind", "cat", "stack", "getitem")
 
@@ -81,6 +84,8 @@ class Report:
                 lines.append(f"  cost model: {self.cost_before:.1f} us -> {self.cost_after:.1f} us"
                              + (f" [{self.cost_model}]" if self.cost_model else ""))
             lines.append("  times (s): " + ", ".join(f"{k} {v:.3f}" for k, v in self.times.items()))
+        for note in self.notes:
+            lines.append(f"  note: {note}")
         if self.fallback:
             lines.append(f"  FELL BACK to the original graph: {self.fallback}")
         return "\n".join(lines)
