@@ -149,13 +149,21 @@ def dropout_draws(node: Node) -> bool:
 
 # -- alias and mutation analysis ----------------------------------------------------------------
 
-def frozen_nodes(gm: GraphModule, voc=vocab) -> set[Node]:
+def frozen_nodes(gm: GraphModule, voc=vocab, inputs_may_alias: bool = True) -> set[Node]:
     """Nodes that must stay exactly as they are because a tensor they touch is mutated in place.
 
     The alias groups join a node with its tensor inputs unless its op is known to return fresh
-    storage (cat, linear, tanh, ...); unknown ops are assumed to alias. A group with a mutated member
-    is frozen, and so is every reader of a frozen node. ``voc`` is the op vocabulary of the graph's IR
-    (:mod:`optimus_bridge.vocab` or :mod:`optimus_bridge.aten_vocab`).
+    storage (cat, linear, tanh, ...); unknown ops are assumed to alias. Graph inputs (placeholders and
+    ``get_attr`` tensors) may alias each other: two views of one tensor reach dynamo's graph as two
+    placeholders, and dynamo's guards compare tensor identity, not storage (``check_no_aliasing``; the
+    ``StorageOverlap`` guard is AOTAutograd's, dynamic shapes only), so a graph traced with distinct inputs
+    is reused for overlapping ones. So when a group with a mutated member holds a graph input, every
+    graph input that could share its storage (:func:`_inputs_may_share`) joins that group. A group with a
+    mutated member is frozen, and so is every reader of a frozen node. ``voc`` is the op vocabulary of
+    the graph's IR (:mod:`optimus_bridge.vocab` or :mod:`optimus_bridge.aten_vocab`).
+    ``inputs_may_alias=False`` skips the joining of graph inputs: for AOTAutograd's functional graphs,
+    whose inputs are distinct by AOTAutograd's own contract (inputs it saw overlap are one synthetic base;
+    reads there never follow a write, which is a ``copy_`` epilogue).
     """
     nodes = list(gm.graph.nodes)
     mutated = [n for n in nodes if voc.is_mutation(n, gm)]
@@ -169,20 +177,53 @@ def frozen_nodes(gm: GraphModule, voc=vocab) -> set[Node]:
             n = parent[n]
         return n
 
+    def union(a: Node, b: Node) -> None:
+        ra, rb = find(a), find(b)
+        if ra is not rb:
+            parent[ra] = rb
+
     for n in nodes:
         if n.op in ("placeholder", "get_attr", "output") or voc.op_name(n) in voc.FRESH_OPS:
             continue
         for a in n.all_input_nodes:
-            ra, rn = find(a), find(n)
-            if ra is not rn:
-                parent[ra] = rn
-    bad_roots = {find(n) for n in mutated}
+            union(a, n)
+    bad = set(mutated)
     for n in mutated:
-        bad_roots.update(find(a) for a in n.all_input_nodes)
+        bad.update(n.all_input_nodes)
+    inputs = [n for n in nodes if inputs_may_alias and n.op in ("placeholder", "get_attr")
+              and _input_device(gm, n) is not None]
+    bad_roots = {find(n) for n in bad}
+    for p in [p for p in inputs if find(p) in bad_roots]:
+        for q in inputs:
+            if q is not p and _inputs_may_share(_input_device(gm, p), _input_device(gm, q)):
+                union(q, p)
+    bad_roots = {find(n) for n in bad}
     frozen = {n for n in nodes if find(n) in bad_roots}
     frozen.update(mutated)
     readers = {u for n in frozen for u in n.users if u.op != "output"}
     return frozen | readers
+
+
+def _input_device(gm: GraphModule, node: Node):
+    """The device of graph input ``node`` (a placeholder or ``get_attr``), ``"?"`` when it may be a
+    tensor on an unknown device, None when it is not a tensor (an int, a SymInt, a module)."""
+    val = meta_val(node)
+    if val is None and node.op == "get_attr":
+        val = gm
+        for atom in str(node.target).split("."):
+            val = getattr(val, atom, None)
+    if val is None:
+        return "?"
+    if isinstance(val, torch.Tensor):
+        return val.device
+    return None
+
+
+def _inputs_may_share(d1, d2) -> bool:
+    """Two graph inputs on devices ``d1`` and ``d2`` (from :func:`_input_device`) may share storage: a
+    storage lives on one device, and views of it may have any dtype (``Tensor.view(dtype)``), shape or
+    offset, so nothing but the device tells two inputs apart before the call."""
+    return d1 == "?" or d2 == "?" or d1 == d2
 
 
 # -- the translator ------------------------------------------------------------------------------
@@ -194,6 +235,8 @@ class Translator:
     """
 
     vocab = vocab
+    #: graph inputs may share storage (dynamo's Torch-IR graphs; see :func:`frozen_nodes`)
+    inputs_may_alias = True
 
     def __init__(self, gm: GraphModule) -> None:
         self.gm = gm
@@ -251,7 +294,7 @@ class Translator:
 
     def run(self) -> Translation:
         t = self.t
-        t.frozen = frozen_nodes(self.gm, self.vocab) | self._global_state_region()
+        t.frozen = frozen_nodes(self.gm, self.vocab, self.inputs_may_alias) | self._global_state_region()
         for node in self.gm.graph.nodes:
             if node.op == "output":
                 self._output(node)
