@@ -25,7 +25,7 @@ import torch
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from optimus_bridge.translate import Slot, Translation, meta_val
+from optimus_bridge.translate import Slot, Translation, eager_storage_map, meta_val, storage_id
 from optimus_eq.extract import EGraphView, no_gc
 from optimus_eq.extract.grad import grad_classes, gradient_info
 from optimus_eq.extract.plan import chosen_list
@@ -343,28 +343,16 @@ class Lowerer:
             if not n.users and n.op != "output" and n not in copies:
                 self.graph.erase_node(n)
 
-def _storage(v) -> int | None:
-    """Identity of the storage behind a FakeTensor (views share it), or None for no tensor data."""
-    if not isinstance(v, torch.Tensor):
-        return None
-    try:
-        if _static(v) and v.numel() == 0:
-            return None
-        return v.untyped_storage()._cdata
-    except Exception:  # a tensor subclass without a storage: assume it aliases nothing
-        return None
-
-
-def _aliases(values: list, graph: Graph) -> list[set]:
+def _aliases(values: list, graph: Graph, remap: dict | None = None) -> list[set]:
     """Per output value: the inputs (``("in", target)``: placeholders and attributes of ``graph``) and earlier
-    outputs (``("out", k)``) it shares storage with."""
+    outputs (``("out", k)``) it shares storage with (``remap``: :func:`~optimus_bridge.translate.eager_storage_map`)."""
     ins = {}
     for n in graph.nodes:
         if n.op in ("placeholder", "get_attr"):
-            s = _storage(meta_val(n))
+            s = storage_id(meta_val(n), remap)
             if s is not None:
                 ins.setdefault(s, set()).add(("in", str(n.target)))
-    outs = [_storage(v) for v in values]
+    outs = [storage_id(v, remap) for v in values]
     return [(ins.get(s, set()) | {("out", k) for k in range(i) if outs[k] == s}) if s is not None else set()
             for i, s in enumerate(outs)]
 
@@ -386,7 +374,9 @@ def _unalias_outputs(graph: Graph, old_out: Node, level: "IRLevel") -> list[Node
         raise LoweringError("output structure changed")
     old_vals = [meta_val(o) if isinstance(o, Node) else None for o in old]
     new_vals = [meta_val(n) if isinstance(n, Node) else None for n in new]
-    eager, ours = _aliases(old_vals, old_out.graph), _aliases(new_vals, graph)
+    # eager's aliasing: the original graph's meta, where an eval-mode dropout is its input (as eager runs it)
+    eager = _aliases(old_vals, old_out.graph, eager_storage_map(old_out.graph))
+    ours = _aliases(new_vals, graph)
     added: list[Node] = []
     copied: set = set()  # outputs replaced by a copy: fresh storage, which later outputs no longer share
     made: dict = {}  # (original output node, lowered node) -> its copy

@@ -226,6 +226,90 @@ def _inputs_may_share(d1, d2) -> bool:
     return d1 == "?" or d2 == "?" or d1 == d2
 
 
+def output_alias_nodes(gm: GraphModule, voc=vocab) -> set[Node]:
+    """Nodes kept verbatim so that the graph's outputs alias each other and the inputs as eager's do.
+
+    Each output's *view chain* is walked back through the storages of the FakeTensor meta
+    (:func:`eager_storage_map`): from a node to its one tensor input of the same storage, until the node
+    that owns the storage (a fresh result, or a graph input). Outputs that overlap in eager (``y[:3],
+    y[1:]`` of ``y = cat([a, b])``, or ``y`` and ``y[:, 1:]``) could each get storage of their own from a
+    rewrite (the first folds to ``a``); so their chains and their common owner (unless a graph input) are
+    kept: they stay views of one tensor, and an in-place change of one still reaches the other.
+
+    ``voc`` is the op vocabulary (Torch-IR's: at Aten-IR, AOTAutograd keeps the user's output aliasing
+    itself, and the forward graph's extra outputs are tensors saved for backward).
+    """
+    from optimus_bridge.lower import _may_overlap  # lower imports this module
+
+    out = next((n for n in reversed(gm.graph.nodes) if n.op == "output"), None)
+    if out is None:
+        return set()
+    outs: list[Node] = []
+    torch.fx.node.map_arg(out.args[0], outs.append)
+
+    remap = eager_storage_map(gm.graph, voc)
+
+    def chain(o: Node) -> list[Node]:
+        nodes, n = [o], o
+        own = _storages(meta_val(o), remap)
+        while n.op not in ("placeholder", "get_attr"):
+            src = [a for a in n.all_input_nodes if own & _storages(meta_val(a), remap)]
+            if len(src) != 1:
+                break
+            n = src[0]
+            nodes.append(n)
+        return nodes
+
+    keep: set[Node] = set()
+    by_storage: dict[int, list[Node]] = defaultdict(list)
+    for o in dict.fromkeys(outs):
+        val = meta_val(o)
+        own = _storages(val, remap)
+        if len(own) == 1 and isinstance(val, torch.Tensor):
+            by_storage[next(iter(own))].append(o)
+    for group in by_storage.values():
+        for i, o in enumerate(group):
+            if any(_may_overlap(meta_val(o), meta_val(k)) for k in group[:i]):
+                for m in (o, *group[:i]):
+                    keep.update(m for m in chain(m) if m.op not in ("placeholder", "get_attr"))
+    return keep
+
+
+def eager_storage_map(graph: torch.fx.Graph, voc=vocab) -> dict[int, int]:
+    """Storage identities of the FakeTensor meta that eager shares: ``{storage of a node: storage of the
+    input eager returns}`` for each dropout that draws nothing (``F.dropout(x, training=False)``, or
+    ``p=0``). Eager returns ``x`` itself there (ATen ``_dropout_impl``) where dynamo's meta has new
+    storage, so an output ``dropout(x)`` (or a view of it) aliases the input ``x`` in eager. For
+    :func:`storage_id` and lowering's output checks."""
+    remap: dict[int, int] = {}
+    for n in graph.nodes:
+        if voc.op_name(n) == "dropout" and not dropout_draws(n) and n.all_input_nodes:
+            own, src = storage_id(meta_val(n), remap), storage_id(meta_val(n.all_input_nodes[0]), remap)
+            if own is not None and src is not None and own != src:
+                remap[own] = src
+    return remap
+
+
+def storage_id(val, remap: dict[int, int] | None = None) -> int | None:
+    """Identity of the storage behind a FakeTensor (views share it; :func:`eager_storage_map`'s ``remap``
+    applied), or None for no tensor data (not a tensor, zero elements, a subclass without storage)."""
+    if not isinstance(val, torch.Tensor):
+        return None
+    try:
+        if is_static_tensor(val) and val.numel() == 0:
+            return None
+        s = val.untyped_storage()._cdata
+    except Exception:  # a tensor subclass without a storage: assume it aliases nothing
+        return None
+    return remap.get(s, s) if remap else s
+
+
+def _storages(val, remap: dict[int, int]) -> set[int]:
+    """:func:`storage_id` of a FakeTensor or of each one of a tuple of them."""
+    vals = val if isinstance(val, (tuple, list)) else (val,)
+    return {s for s in (storage_id(v, remap) for v in vals) if s is not None}
+
+
 # -- the translator ------------------------------------------------------------------------------
 
 class Translator:
@@ -237,6 +321,8 @@ class Translator:
     vocab = vocab
     #: graph inputs may share storage (dynamo's Torch-IR graphs; see :func:`frozen_nodes`)
     inputs_may_alias = True
+    #: keep the nodes that give the outputs eager's aliasing (:func:`output_alias_nodes`)
+    keeps_output_aliasing = True
 
     def __init__(self, gm: GraphModule) -> None:
         self.gm = gm
@@ -295,6 +381,8 @@ class Translator:
     def run(self) -> Translation:
         t = self.t
         t.frozen = frozen_nodes(self.gm, self.vocab, self.inputs_may_alias) | self._global_state_region()
+        if self.keeps_output_aliasing:
+            t.frozen |= output_alias_nodes(self.gm, self.vocab)
         for node in self.gm.graph.nodes:
             if node.op == "output":
                 self._output(node)
