@@ -106,3 +106,76 @@ def test_graph_without_mutation_keeps_folds_on_overlapping_inputs(strategy):
 
     report = aliased_check(fn, _overlapping, strategy, trace_aliased=True)
     assert sum(report.ops_after.get(k, 0) for k in ("split", "cat", "getitem")) == 0
+
+
+# -- class 5: outputs keep eager's aliasing ----------------------------------------------------------
+
+def _eval_dropout(x):
+    return F.dropout(x, 0.5, training=False)
+
+
+def _eval_dropout_view_and_input(x):
+    return F.dropout(x, 0.5, training=False)[:, 1:], x.tanh()
+
+
+def _dropout_p0_and_fold(x):
+    return torch.dropout(x, 0.0, True), torch.cat(x.split(2, 1), 1)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("fn", [_eval_dropout, _eval_dropout_view_and_input, _dropout_p0_and_fold],
+                         ids=["eval", "eval_view", "p0_and_fold"])
+def test_dropout_that_draws_nothing_returns_its_input(fn, strategy):
+    """``F.dropout(x, training=False)`` (or ``p=0``) returns ``x`` itself in eager; dynamo's meta gives it
+    new storage, so lowering took ours (``x``) for an alias eager lacks and copied it: a write into the
+    output no longer reached ``x``. The folded cat next to it is new storage in eager and stays a copy."""
+    c = check(fn, [rand(4, 6)], strategy)
+    x = c.inputs[0]
+    assert c.outputs[0].untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+
+
+def _views_across_a_cat(a, b):
+    y = torch.cat([a, b], 0)
+    return y[:2], y[1:3]  # the first folds to a, the second straddles both pieces
+
+
+def _piece_and_whole(a, b):
+    y = torch.cat([a, b], 1)
+    p, _ = y.split(3, 1)
+    return p, y
+
+
+def _folded_cat_and_its_view(x):
+    y = torch.cat(x.split(2, 1), 1)
+    return y, y[:, 1:]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("fn, shapes", [(_views_across_a_cat, [(2, 3), (2, 3)]), (_piece_and_whole, [(4, 3), (4, 3)]),
+                                        (_folded_cat_and_its_view, [(4, 6)])],
+                         ids=["across_cat", "piece_and_whole", "folded_cat"])
+def test_outputs_that_overlap_in_eager_overlap_here(fn, shapes, strategy):
+    """Two outputs that are overlapping views of one new tensor in eager: a rewrite gave each storage of
+    its own (``y[:2]`` folds to ``a``), and lowering refused the graph ("output 1 overlaps output 0 in
+    eager; here they would not"), a fallback. The views and their cat are now kept: no fallback, and a
+    write into one output shows in the other, as in eager."""
+    c = check(fn, [rand(*s) for s in shapes], strategy)
+    first, second = c.outputs
+    assert first.untyped_storage().data_ptr() == second.untyped_storage().data_ptr()
+    for x in c.inputs:
+        assert first.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_outputs_that_share_no_memory_in_eager_share_none_here(strategy):
+    """The mirror image: ``y[:2]`` and ``y[2:]`` of a cat do not overlap, fold to the inputs themselves,
+    and get copies (no alias of an input or of each other that eager lacks); the junk is gone."""
+
+    def fn(a, b):
+        y = torch.cat([a, b], 0)
+        return y[:2], y[2:], torch.cat(a.split(1, 1), 1)
+
+    c = check(fn, [rand(2, 3), rand(2, 3)], strategy)
+    ptrs = [t.untyped_storage().data_ptr() for t in (*c.outputs, *c.inputs)]
+    assert len(set(ptrs)) == len(ptrs)
+    assert c.report.ops_after.get("cat", 0) == 0
