@@ -149,6 +149,48 @@ def dropout_draws(node: Node) -> bool:
 
 # -- alias and mutation analysis ----------------------------------------------------------------
 
+def _fresh_outside_vocab() -> frozenset:
+    """Torch-IR ops outside the vocabulary whose result is always new storage (convolutions, norms,
+    pooling, reductions, elementwise math, ``torch.Tensor`` methods of the same): the alias analysis does
+    not join them with their inputs. Without them a mutated input, which may alias every other input, drew
+    the whole of a BatchNorm network into its group (``num_batches_tracked.add_(1)``, then ``batch_norm``,
+    ``conv2d``, ... each assumed to alias what it reads). In-place forms are mutations whatever this says."""
+    import torch.nn.functional as F
+
+    names = ["conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+             "batch_norm", "instance_norm", "group_norm", "embedding", "embedding_bag", "max_pool1d",
+             "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d",
+             "adaptive_avg_pool2d", "adaptive_avg_pool3d", "gelu", "silu", "mish", "softplus", "elu",
+             "leaky_relu", "hardtanh", "hardswish", "hardsigmoid", "softmax", "log_softmax",
+             "cross_entropy", "mse_loss", "binary_cross_entropy_with_logits", "normalize"]
+    fns = {getattr(F, n) for n in names if hasattr(F, n)} | {getattr(torch, n) for n in names if hasattr(torch, n)}
+    math = ["exp", "log", "sqrt", "rsqrt", "pow", "neg", "abs", "sin", "cos", "erf", "sum", "mean", "amax",
+            "amin", "softmax", "log_softmax", "where", "maximum", "minimum", "bitwise_and", "bitwise_or",
+            "logical_and", "logical_or", "logical_not", "eq", "ne", "lt", "le", "gt", "ge", "cumsum", "sign"]
+    fns |= {getattr(torch, n) for n in math}  # and the Tensor methods of these names (call_method)
+    import operator
+
+    fns |= {operator.neg, operator.pow, operator.mod, operator.floordiv, operator.and_, operator.or_,
+            operator.xor, operator.invert, operator.eq, operator.ne, operator.lt, operator.le, operator.gt,
+            operator.ge}
+    return frozenset(fns) | frozenset(math)
+
+
+_FRESH_FUNCTIONS = _fresh_outside_vocab()
+
+
+def _returns_fresh(n: Node, voc) -> bool:
+    """``n``'s result never shares storage with its inputs (for :func:`frozen_nodes`)."""
+    if voc.op_name(n) in voc.FRESH_OPS:
+        return True
+    if n.op == "call_function":
+        try:
+            return n.target in _FRESH_FUNCTIONS
+        except TypeError:  # unhashable target
+            return False
+    return n.op == "call_method" and n.target in _FRESH_FUNCTIONS
+
+
 def frozen_nodes(gm: GraphModule, voc=vocab, inputs_may_alias: bool = True) -> set[Node]:
     """Nodes that must stay exactly as they are because a tensor they touch is mutated in place.
 
@@ -183,7 +225,7 @@ def frozen_nodes(gm: GraphModule, voc=vocab, inputs_may_alias: bool = True) -> s
             parent[ra] = rb
 
     for n in nodes:
-        if n.op in ("placeholder", "get_attr", "output") or voc.op_name(n) in voc.FRESH_OPS:
+        if n.op in ("placeholder", "get_attr", "output") or _returns_fresh(n, voc):
             continue
         for a in n.all_input_nodes:
             union(a, n)
