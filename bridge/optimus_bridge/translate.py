@@ -14,10 +14,11 @@ normalized to be non-negative, sizes come from FakeTensor meta.
 
 Left exactly as they are (opaque, their FX node is copied at lowering): ops outside the vocabulary,
 nodes with symbolic (dynamic) sizes, nodes whose dims or sizes are not plain ints, and every node that
-reads or writes a tensor that is mutated in place (or an alias of it), so no rewrite changes what a
-mutation sees, and every node from the first to the last global-state change (``no_grad``, autocast,
-inference mode), so no op moves into or out of such a region or merges across it; values computed
-before the region are emitted before it (``Translation.barriers``).
+reads or writes a tensor that is mutated in place (or an alias of it; graph inputs may alias each other,
+:func:`frozen_nodes`), so no rewrite changes what a mutation sees, the view chains of outputs that
+overlap in eager (:func:`output_alias_nodes`), and every node from the first to the last global-state
+change (``no_grad``, autocast, inference mode), so no op moves into or out of such a region or merges
+across it; values computed before the region are emitted before it (``Translation.barriers``).
 """
 
 from __future__ import annotations
