@@ -233,13 +233,13 @@ def frozen_nodes(gm: GraphModule, voc=vocab, inputs_may_alias: bool = True) -> s
     bad = set(mutated)
     for n in mutated:
         bad.update(n.all_input_nodes)
-    inputs = [n for n in nodes if inputs_may_alias and n.op in ("placeholder", "get_attr")
-              and _input_device(gm, n) is not None]
+    devices = {n: _input_device(gm, n) for n in nodes if inputs_may_alias and n.op in ("placeholder", "get_attr")}
+    inputs = [n for n, d in devices.items() if d is not None]
     bad_roots = {find(n) for n in bad}
-    for p in [p for p in inputs if find(p) in bad_roots]:
-        for q in inputs:
-            if q is not p and _inputs_may_share(_input_device(gm, p), _input_device(gm, q)):
-                union(q, p)
+    written = {devices[p] for p in inputs if find(p) in bad_roots}  # devices of inputs a mutation may reach
+    for q in inputs:
+        if any(_inputs_may_share(d, devices[q]) for d in written):
+            union(q, next(iter(bad)))  # one group: a merged group is frozen whole, the same as several
     bad_roots = {find(n) for n in bad}
     frozen = {n for n in nodes if find(n) in bad_roots}
     frozen.update(mutated)
