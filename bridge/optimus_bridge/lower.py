@@ -25,7 +25,8 @@ import torch
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from optimus_bridge.translate import Slot, Translation, eager_storage_map, meta_val, storage_id
+from optimus_bridge.translate import (Slot, Translation, eager_output_meta, eager_storage_map, meta_val,
+                                      storage_id)
 from optimus_eq.extract import EGraphView, no_gc
 from optimus_eq.extract.grad import grad_classes, gradient_info
 from optimus_eq.extract.plan import chosen_list
@@ -372,7 +373,7 @@ def _unalias_outputs(graph: Graph, old_out: Node, level: "IRLevel") -> list[Node
     old, new = _flat_nodes(old_out.args[0]), _flat_nodes(new_out.args[0])
     if len(old) != len(new):
         raise LoweringError("output structure changed")
-    old_vals = [meta_val(o) if isinstance(o, Node) else None for o in old]
+    old_vals = _eager_vals(old_out, old)
     new_vals = [meta_val(n) if isinstance(n, Node) else None for n in new]
     # eager's aliasing: the original graph's meta, where an eval-mode dropout is its input (as eager runs it)
     eager = _aliases(old_vals, old_out.graph, eager_storage_map(old_out.graph))
@@ -406,6 +407,20 @@ def _unalias_outputs(graph: Graph, old_out: Node, level: "IRLevel") -> list[Node
                 # no longer see each other's in-place changes
                 raise LoweringError(f"output {i} overlaps output {k} in eager; here they would not")
     return added
+
+
+def _eager_vals(old_out: Node, old: list) -> list:
+    """FakeTensors of the original graph's flat outputs ``old`` as eager has them
+    (:func:`~optimus_bridge.translate.eager_output_meta`: an eval-mode dropout is its input).
+
+    Raises:
+        LoweringError: an output's eager layout could not be worked out.
+    """
+    vals = eager_output_meta(old_out.graph, old)
+    for i, (o, v) in enumerate(zip(old, vals)):
+        if v is None and isinstance(o, Node) and isinstance(meta_val(o), torch.Tensor):
+            raise LoweringError(f"output {i}: eager's layout is unknown (a view of an eval-mode dropout)")
+    return vals
 
 
 def _distinct_outputs(graph: Graph, old_out: Node, level: "IRLevel") -> list[Node]:
@@ -519,9 +534,10 @@ def _fix_strides(graph: Graph, old_out: Node, level: "IRLevel") -> list[Node]:
     old, new = _flat_nodes(old_out.args[0]), _flat_nodes(new_out.args[0])
     added = []
     made: dict = {}  # (original output node, lowered node) -> its copy
+    old_vals = _eager_vals(old_out, old)
     for i, (o, n) in enumerate(zip(old, new)):
         # None outputs (a backward graph's gradient of an input that needs none) have no meta
-        ov = meta_val(o) if isinstance(o, Node) else None
+        ov = old_vals[i]
         nv = meta_val(n) if isinstance(n, Node) else None
         if not isinstance(ov, torch.Tensor) or not isinstance(nv, torch.Tensor):
             continue

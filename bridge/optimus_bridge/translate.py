@@ -24,6 +24,7 @@ across it; values computed before the region are emitted before it (``Translatio
 from __future__ import annotations
 
 from collections import defaultdict
+from contextlib import nullcontext as _nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -305,14 +306,15 @@ def output_alias_nodes(gm: GraphModule, voc=vocab) -> set[Node]:
 
     keep: set[Node] = set()
     by_storage: dict[int, list[Node]] = defaultdict(list)
+    eager = dict(zip(outs, eager_output_meta(gm.graph, outs, voc)))  # layouts as eager's (dropout)
     for o in dict.fromkeys(outs):
-        val = meta_val(o)
+        val = eager[o] if eager[o] is not None else meta_val(o)
         own = _storages(val, remap)
         if len(own) == 1 and isinstance(val, torch.Tensor):
             by_storage[next(iter(own))].append(o)
     for group in by_storage.values():
         for i, o in enumerate(group):
-            if any(_may_overlap(meta_val(o), meta_val(k)) for k in group[:i]):
+            if any(eager[o] is None or eager[k] is None or _may_overlap(eager[o], eager[k]) for k in group[:i]):
                 for m in (o, *group[:i]):
                     keep.update(m for m in chain(m) if m.op not in ("placeholder", "get_attr"))
     return keep
@@ -333,6 +335,51 @@ def eager_storage_map(graph: torch.fx.Graph, voc=vocab) -> dict[int, int]:
     return remap
 
 
+def eager_output_meta(graph: torch.fx.Graph, outs: list, voc=vocab) -> list:
+    """The FakeTensor of each of ``outs`` (``graph``'s flat outputs) as eager has it: dynamo's meta,
+    except that a view chain that starts at a dropout that draws nothing (:func:`eager_storage_map`) is
+    replayed on the dropout's input, so the value has the input's storage and strides, as eager's
+    (``dropout(b)[:, 1:]`` of a ``b`` with row stride 8 has row stride 8 in eager, 6 in dynamo's meta).
+    None where an output is not a node or the replay fails (lowering then falls back)."""
+    remap = eager_storage_map(graph, voc)
+    if not remap:
+        return [meta_val(o) if isinstance(o, Node) else None for o in outs]
+    memo: dict[Node, Any] = {}
+
+    def real(n: Node):
+        if n in memo:
+            return memo[n]
+        val = meta_val(n)
+        if not (_storages(val, remap) - _storages(val, None)):
+            memo[n] = val  # nothing eager shares differently
+        elif voc.op_name(n) == "dropout" and not dropout_draws(n):
+            memo[n] = real(n.all_input_nodes[0])
+        else:
+            own = _storages(val, remap)
+            src = [a for a in n.all_input_nodes if own & _storages(meta_val(a), remap)]
+            if len(src) != 1 or n.op not in ("call_function", "call_method"):
+                raise Unsupported(f"cannot replay {n.name}")
+            base = real(src[0])
+            args = torch.fx.node.map_arg(n.args, lambda a: base if a is src[0] else meta_val(a))
+            kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: base if a is src[0] else meta_val(a))
+            first = base if isinstance(base, torch.Tensor) else next(iter(base), None)
+            mode = getattr(first, "fake_mode", None)  # run the view on FakeTensors in their own mode
+            with mode if mode is not None else _nullcontext():
+                if n.op == "call_function":
+                    memo[n] = n.target(*args, **kwargs)
+                else:
+                    memo[n] = getattr(args[0], n.target)(*args[1:], **kwargs)
+        return memo[n]
+
+    vals = []
+    for o in outs:
+        try:
+            vals.append(real(o) if isinstance(o, Node) else None)
+        except Exception:  # any failure: no trustworthy meta for it
+            vals.append(None)
+    return vals
+
+
 def storage_id(val, remap: dict[int, int] | None = None) -> int | None:
     """Identity of the storage behind a FakeTensor (views share it; :func:`eager_storage_map`'s ``remap``
     applied), or None for no tensor data (not a tensor, zero elements, a subclass without storage)."""
@@ -347,7 +394,7 @@ def storage_id(val, remap: dict[int, int] | None = None) -> int | None:
     return remap.get(s, s) if remap else s
 
 
-def _storages(val, remap: dict[int, int]) -> set[int]:
+def _storages(val, remap: dict[int, int] | None) -> set[int]:
     """:func:`storage_id` of a FakeTensor or of each one of a tuple of them."""
     vals = val if isinstance(val, (tuple, list)) else (val,)
     return {s for s in (storage_id(v, remap) for v in vals) if s is not None}
