@@ -44,6 +44,10 @@ class AtenTranslator(Translator):
     """Translator for Aten-IR graphs (module docstring); everything else as :class:`Translator`."""
 
     vocab = aten_vocab
+    #: AOTAutograd's graphs are functional over distinct inputs (:func:`~optimus_bridge.translate.frozen_nodes`)
+    inputs_may_alias = False
+    #: AOTAutograd keeps the user's output aliasing itself (:func:`~optimus_bridge.translate.output_alias_nodes`)
+    keeps_output_aliasing = False
 
     def _tensor_op(self, node: Node, name: str, val) -> int:
         if name not in ("slice", "select", "expand", "alias", "clone"):

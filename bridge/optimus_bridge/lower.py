@@ -27,7 +27,8 @@ import torch
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from optimus_bridge.translate import Slot, Translation, meta_val
+from optimus_bridge.translate import (Slot, Translation, eager_output_meta, eager_storage_map, meta_val,
+                                      storage_id)
 from optimus_eq.extract import EGraphView, no_gc
 from optimus_eq.extract.grad import grad_classes, gradient_info
 from optimus_eq.extract.plan import chosen_list
@@ -349,28 +350,16 @@ class Lowerer:
             if not n.users and n.op != "output" and n not in copies:
                 self.graph.erase_node(n)
 
-def _storage(v) -> int | None:
-    """Identity of the storage behind a FakeTensor (views share it), or None for no tensor data."""
-    if not isinstance(v, torch.Tensor):
-        return None
-    try:
-        if _static(v) and v.numel() == 0:
-            return None
-        return v.untyped_storage()._cdata
-    except Exception:  # a tensor subclass without a storage: assume it aliases nothing
-        return None
-
-
-def _aliases(values: list, graph: Graph) -> list[set]:
+def _aliases(values: list, graph: Graph, remap: dict | None = None) -> list[set]:
     """Per output value: the inputs (``("in", target)``: placeholders and attributes of ``graph``) and earlier
-    outputs (``("out", k)``) it shares storage with."""
+    outputs (``("out", k)``) it shares storage with (``remap``: :func:`~optimus_bridge.translate.eager_storage_map`)."""
     ins = {}
     for n in graph.nodes:
         if n.op in ("placeholder", "get_attr"):
-            s = _storage(meta_val(n))
+            s = storage_id(meta_val(n), remap)
             if s is not None:
                 ins.setdefault(s, set()).add(("in", str(n.target)))
-    outs = [_storage(v) for v in values]
+    outs = [storage_id(v, remap) for v in values]
     return [(ins.get(s, set()) | {("out", k) for k in range(i) if outs[k] == s}) if s is not None else set()
             for i, s in enumerate(outs)]
 
@@ -390,9 +379,11 @@ def _unalias_outputs(graph: Graph, old_out: Node, level: "IRLevel") -> list[Node
     old, new = _flat_nodes(old_out.args[0]), _flat_nodes(new_out.args[0])
     if len(old) != len(new):
         raise LoweringError("output structure changed")
-    old_vals = [meta_val(o) if isinstance(o, Node) else None for o in old]
+    old_vals = _eager_vals(old_out, old)
     new_vals = [meta_val(n) if isinstance(n, Node) else None for n in new]
-    eager, ours = _aliases(old_vals, old_out.graph), _aliases(new_vals, graph)
+    # eager's aliasing: the original graph's meta, where an eval-mode dropout is its input (as eager runs it)
+    eager = _aliases(old_vals, old_out.graph, eager_storage_map(old_out.graph))
+    ours = _aliases(new_vals, graph)
     added: list[Node] = []
     copied: set = set()  # outputs replaced by a copy: fresh storage, which later outputs no longer share
     made: dict = {}  # (original output node, lowered node) -> its copy
@@ -422,6 +413,20 @@ def _unalias_outputs(graph: Graph, old_out: Node, level: "IRLevel") -> list[Node
                 # no longer see each other's in-place changes
                 raise LoweringError(f"output {i} overlaps output {k} in eager; here they would not")
     return added
+
+
+def _eager_vals(old_out: Node, old: list) -> list:
+    """FakeTensors of the original graph's flat outputs ``old`` as eager has them
+    (:func:`~optimus_bridge.translate.eager_output_meta`: an eval-mode dropout is its input).
+
+    Raises:
+        LoweringError: an output's eager layout could not be worked out.
+    """
+    vals = eager_output_meta(old_out.graph, old)
+    for i, (o, v) in enumerate(zip(old, vals)):
+        if v is None and isinstance(o, Node) and isinstance(meta_val(o), torch.Tensor):
+            raise LoweringError(f"output {i}: eager's layout is unknown (a view of an eval-mode dropout)")
+    return vals
 
 
 def _distinct_outputs(graph: Graph, old_out: Node, level: "IRLevel") -> list[Node]:
@@ -535,9 +540,10 @@ def _fix_strides(graph: Graph, old_out: Node, level: "IRLevel") -> list[Node]:
     old, new = _flat_nodes(old_out.args[0]), _flat_nodes(new_out.args[0])
     added = []
     made: dict = {}  # (original output node, lowered node) -> its copy
+    old_vals = _eager_vals(old_out, old)
     for i, (o, n) in enumerate(zip(old, new)):
         # None outputs (a backward graph's gradient of an input that needs none) have no meta
-        ov = meta_val(o) if isinstance(o, Node) else None
+        ov = old_vals[i]
         nv = meta_val(n) if isinstance(n, Node) else None
         if not isinstance(ov, torch.Tensor) or not isinstance(nv, torch.Tensor):
             continue

@@ -177,6 +177,8 @@ def is_mutation(node: Node, gm: torch.fx.GraphModule | None = None) -> bool:
     if node.op == "call_function":
         if node.target in _INPLACE_OPERATORS:
             return True
+        if getattr(node.target, "__module__", None) in ("_operator", "operator"):
+            return False  # operator.and_ / or_ / not_ are the non-in-place ``&``, ``|``, ``not``
         schema = getattr(node.target, "_schema", None)
         if schema is not None:
             return bool(schema.is_mutable)
