@@ -364,7 +364,7 @@ class Lowerer:
         """
         from optimus_eq.extract.grad import propagate_reach
 
-        reach = gradient_reach(self.t)
+        reach = gradient_reach(self.t) if self.level is TORCH_IR else None  # Aten-IR: no autograd here
         if reach is None or not reach.sources:
             return
         copy_of = {v: k for k, v in self.env.items()}

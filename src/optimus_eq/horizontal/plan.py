@@ -87,10 +87,11 @@ class PlanGraph:
         tr: the bridge's Translation (recipes, types, kept nodes and their order).
         outputs: e-classes of graph outputs.
         eager_contiguous: e-class -> False when some FX node in it had non-contiguous strides in eager.
+        level: ``"pre_grad"`` or ``"post_grad"`` (:meth:`grad_signature` is None at post-grad).
     """
 
-    def __init__(self, view, choice: dict, tr, outputs: set, eager_contiguous: dict) -> None:
-        self.view, self.choice, self.tr = view, choice, tr
+    def __init__(self, view, choice: dict, tr, outputs: set, eager_contiguous: dict, level: str = "pre_grad") -> None:
+        self.view, self.choice, self.tr, self.level = view, choice, tr, level
         self.outputs = outputs
         self.eager_contiguous = eager_contiguous
         self.g = nx.DiGraph()
@@ -198,7 +199,7 @@ class PlanGraph:
         if self._sig is None:
             from optimus_eq.extract.grad import gradient_info, gradient_reach
 
-            reach = gradient_reach(self.tr)
+            reach = gradient_reach(self.tr, self.level)
             self._reach = reach if reach is not None and reach.sources else None
             self._sig = self._reach.class_reach(self.tr, self.view) if self._reach else {}
             info = gradient_info(self.tr) if self._reach else None
