@@ -204,3 +204,49 @@ def test_pointwise_members_without_grad_stay_without_grad(strategy):
     xs[1].requires_grad_()
     _, r = optimize(f, xs, strategy, **SMALL)
     assert r.patterns_fired["batch_tanh"] == 2  # {a, b} and {c, d}
+
+
+# -- the lowering's check, with the grouping guard switched off -------------------------------------------
+
+def _no_signatures(monkeypatch):
+    from optimus_eq.horizontal.plan import PlanGraph
+
+    monkeypatch.setattr(PlanGraph, "grad_signature", lambda self, c: None)
+
+
+def test_lowering_detaches_outputs_eager_does_not_differentiate(strategy, monkeypatch):
+    """Without the signature guard, frozen members fused with a trained one would come back requiring
+    grad; the lowering's check detaches them (eager's outputs had no grad_fn)."""
+    _no_signatures(monkeypatch)
+
+    def f(a, b, c):
+        return torch.tanh(a), torch.tanh(b), torch.tanh(c)
+
+    xs = _xs(3, 2, 3)
+    xs[0].requires_grad_()
+    gm2, r = optimize(f, xs, strategy, **SMALL)
+    assert r.patterns_fired["batch_tanh"] == 1
+    assert any(n.target == "detach" for n in gm2.graph.nodes)
+
+
+def test_lowering_falls_back_on_extra_gradient_paths(strategy, monkeypatch):
+    """Without the signature guard, linears feeding different outputs would be fused and each output would
+    reach the other's weight: the lowering refuses such a plan (the original graph, one warning)."""
+    _no_signatures(monkeypatch)
+
+    class M(Linears):
+        def forward(self, x0, x1):
+            return self.l[0](x0), self.l[1](x1)
+
+    gm, ex = dynamo_graph(M(2), *_xs(2, 2, 4))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gm2, r = optimus_eq.optimize(gm, ex, strategy=strategy, **SMALL)
+    assert r.patterns_fired["batch_linear"] == 1
+    fused = any(n.target in (torch.bmm, torch.baddbmm) for n in gm2.graph.nodes)
+    if strategy == "greedy" or r.fallback is not None:  # greedy fuses destructively: only the fallback is left
+        assert not fused and r.fallback is not None and "gradient paths" in r.fallback
+        assert any("gradient paths" in str(w.message) for w in caught)
+    else:  # eqsat may also have extracted the unfused linears
+        assert not fused
+    assert_same_gradients(gm, gm2, ex)
