@@ -1,4 +1,9 @@
-"""Training costs: what the backward of a plan adds to its e-nodes (docs/DESIGN.md, "Extraction and cost").
+"""Gradient facts of a pre-grad graph, computed once per Translation from its FX nodes' meta: which terms
+require grad (:class:`GradientInfo`, for training costs) and eager's gradient paths from every input or
+parameter that requires grad to every output (:class:`GradientReach`, kept by horizontal fusion's grouping
+and checked by lowering; docs/DESIGN.md, "Safety"). Then the training costs.
+
+Training costs: what the backward of a plan adds to its e-nodes (docs/DESIGN.md, "Extraction and cost").
 
 A pre-grad graph whose values require grad will be differentiated by AOTAutograd; its backward is compiled
 with it, so a plan that is cheap forward can be dear backward. Two terms are added to an e-node's forward
