@@ -61,6 +61,8 @@ def optimize(fn, inputs, strategy, **options):
         gm2, report = optimus_eq.optimize(gm, ex, strategy=strategy, **options)
     assert report.fallback is None, report.fallback
     assert_same_gradients(gm, gm2, ex)
+    for a, e in zip(_flat(gm2(*ex)), _flat(gm(*ex))):
+        torch.testing.assert_close(a, e)
     return gm2, report
 
 
@@ -250,3 +252,57 @@ def test_lowering_falls_back_on_extra_gradient_paths(strategy, monkeypatch):
     else:  # eqsat may also have extracted the unfused linears
         assert not fused
     assert_same_gradients(gm, gm2, ex)
+
+
+# -- random programs: linears (some frozen), layer norms, detach, comparisons, cat/split, several outputs --
+
+class RandomProgram(nn.Module):
+    """A random straight-line program over three [2, 4] inputs; ``outs`` picks 1-3 values to return."""
+
+    OPS = ("lin", "lin", "ln", "tanh", "detach", "catsplit", "add", "gt")
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        import random
+
+        r = random.Random(seed)
+        torch.manual_seed(seed)
+        self.lins = nn.ModuleList(nn.Linear(4, 4) for _ in range(6))
+        self.lns = nn.ModuleList(nn.LayerNorm(4) for _ in range(3))
+        for lin in self.lins:
+            if r.random() < 0.25:
+                lin.requires_grad_(False)
+        self.prog, n = [], 3
+        for _ in range(r.randint(4, 10)):
+            self.prog.append((r.choice(self.OPS), r.randrange(n), r.randrange(n), r.randrange(6), r.randrange(3),
+                              r.randint(0, 1)))
+            n += 1
+        self.outs = sorted({r.randrange(3, n) for _ in range(r.randint(1, 3))})
+        self.grad_inputs = [r.random() < 0.5 for _ in range(3)]
+
+    def forward(self, x0, x1, x2):
+        v = [x0, x1, x2]
+        for op, a, b, li, ni, k in self.prog:
+            A, B = v[a], v[b]
+            if op == "lin":
+                v.append(self.lins[li](A))
+            elif op == "ln":
+                v.append(self.lns[ni](A))
+            elif op == "tanh":
+                v.append(torch.tanh(A))
+            elif op == "detach":
+                v.append(A.detach())
+            elif op == "catsplit":
+                v.append(torch.cat([A, B], 1).split([4, 4], 1)[k])
+            elif op == "add":
+                v.append(A + B)
+            else:
+                v.append((A > 0).to(A.dtype))
+        return tuple(v[i] for i in self.outs)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_programs_keep_gradient_paths(seed, strategy):
+    m = RandomProgram(seed)
+    xs = [x.requires_grad_(g) for x, g in zip(_xs(3, 2, 4), m.grad_inputs)]
+    optimize(m, xs, strategy, **SMALL)
