@@ -20,12 +20,16 @@ CALIBRATION = {"launch_us": 23.291, "bytes_per_us": 4014575.1, "launch_us_eager"
 FORWARD = {"launch": GPUCostModel(training=False), "cudagraph": GPUCostModel.cudagraph(training=False)}
 
 
-def _linears(n: int, k: int, bias: bool = True):
+def _linears(n: int, k: int, bias: bool = True, one_output: bool = False):
+    """``n`` linears of width ``k`` and a function applying one to each input. ``one_output``: return them
+    stacked as one output (traced with grad, members of one fused op must reach the same outputs:
+    tests/test_gradients.py), else as ``n`` outputs."""
     torch.manual_seed(0)
     lins = torch.nn.ModuleList(torch.nn.Linear(k, k, bias=bias) for _ in range(n))
 
     def f(*xs):
-        return [lin(x) * (i + 1) for i, (lin, x) in enumerate(zip(lins, xs))]
+        ys = [lin(x) * (i + 1) for i, (lin, x) in enumerate(zip(lins, xs))]
+        return torch.stack(ys) if one_output else ys
 
     return lins, f
 
@@ -133,7 +137,7 @@ def test_training_with_cuda_graphs_keeps_a_batch_whose_weight_gradients_need_no_
     """Eight 64x64 linears with CUDA graphs: the batch saves 7 launches for 3 stacks forward, and its
     backward launches too; batch_linear feeds the weight stack to ``bmm`` unpermuted, so no AccumulateGrad
     copy is charged and training keeps the batch, priced above forward alone (the backward is priced)."""
-    lins, f = _linears(8, 64)
+    lins, f = _linears(8, 64, one_output=True)
     xs = [rand(256, 64, seed=i) for i in range(8)]
     gm, ex = dynamo_graph(f, *xs)
     _, fwd = optimus_eq.optimize(gm, ex, cost_model=FORWARD["cudagraph"])
@@ -166,7 +170,7 @@ def test_the_layout_rule_matches_autograd():
     """What grad.py assumes, checked on the optimized graph: with batch_linear in the plan every weight's
     and bias's incoming gradient is contiguous in the parameter's own layout, so AccumulateGrad takes it
     without a copy: the weights' ``.grad`` are slices of the one ``[n, out, in]`` gradient of the stack."""
-    lins, f = _linears(6, 16)
+    lins, f = _linears(6, 16, one_output=True)
     xs = [rand(8, 16, seed=i) for i in range(6)]
     gm, ex = dynamo_graph(f, *xs)
     out, r = optimus_eq.optimize(gm, ex, cost_model=GPUCostModel(training=False))
@@ -191,7 +195,7 @@ def test_compiled_training_step_makes_no_accumulate_grad_copy():
     ``.grad`` has the parameter's strides."""
     from torch.profiler import ProfilerActivity, profile
 
-    lins, f = _linears(6, 16)
+    lins, f = _linears(6, 16, one_output=True)
     xs = [rand(8, 16, seed=i) for i in range(6)]
     gm, ex = dynamo_graph(f, *xs)
     out, r = optimus_eq.optimize(gm, ex, cost_model=GPUCostModel(training=False))

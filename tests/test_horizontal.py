@@ -128,8 +128,8 @@ def _linears(n, k, o, bias=True, dtype=torch.float32):
 def test_batch_linear_independent_inputs(strategy, bias):
     mods = _linears(6, 5, 3, bias)
 
-    def f(*xs):
-        return [m(x).relu() for m, x in zip(mods, xs)]
+    def f(*xs):  # one output: the weights train, and a fused op may only join members that reach the same
+        return torch.stack([m(x).relu() for m, x in zip(mods, xs)])  # outputs (tests/test_gradients.py)
 
     r = check(f, [rand(4, 5, seed=i) for i in range(6)], strategy).report
     assert r.patterns_fired["batch_linear"] == 1
@@ -140,8 +140,8 @@ def test_batch_linear_independent_inputs(strategy, bias):
 def test_batch_linear_rank3_inputs_fp32_and_bf16(strategy):
     m32, m16 = _linears(6, 6, 2), _linears(6, 6, 2, dtype=torch.bfloat16)
 
-    def f(*xs):
-        return [m(x) for m, x in zip(m32 + m16, xs)]
+    def f(*xs):  # one output per dtype, reached by every member of that dtype
+        return torch.stack([m(x) for m, x in zip(m32, xs)]), torch.stack([m(x) for m, x in zip(m16, xs[6:])])
 
     xs = [rand(2, 3, 6, seed=i) for i in range(6)] + [rand(2, 3, 6, dtype=torch.bfloat16, seed=9 + i) for i in range(6)]
     r = check(f, xs, strategy).report
@@ -158,9 +158,9 @@ def test_batch_linear_parameter_gradients_are_eager_s_and_need_no_copy(strategy,
     torch.manual_seed(3)
     mods = _linears(6, 5, 4, bias)
 
-    def f(*xs):
+    def f(*xs):  # one output: members of one fused op must reach the same outputs (tests/test_gradients.py)
         ys = [m(x) for m, x in zip(mods, xs)]
-        return ys[:3] + [y.tanh() for y in ys[3:]]
+        return torch.stack(ys[:3] + [y.tanh() for y in ys[3:]])
 
     xs = [rand(2, 3, 5, seed=i) for i in range(6)]
     c = check(f, xs, strategy)
@@ -170,14 +170,15 @@ def test_batch_linear_parameter_gradients_are_eager_s_and_need_no_copy(strategy,
     params = [a for a in ex if isinstance(a, torch.nn.Parameter)]
     assert len(params) == (12 if bias else 6)
     g = torch.Generator().manual_seed(7)
-    seeds = [torch.randn(2, 3, 4, generator=g) for _ in range(6)]
+    seeds = [torch.randn(6, 2, 3, 4, generator=g)]
     grads, incoming = {}, {}
     hooks = [p.register_hook(lambda t, p=p: incoming.__setitem__(id(p), t.is_contiguous())) for p in params]
     for name, run in (("eager", gm), ("ours", out)):
         for p in params:
             p.grad = None
         incoming.clear()
-        sum((y * s).sum() for y, s in zip(run(*ex), seeds)).backward()
+        outs = run(*ex)
+        sum((y * s).sum() for y, s in zip(outs if isinstance(outs, (tuple, list)) else [outs], seeds)).backward()
         grads[name] = [p.grad for p in params]
         if name == "ours":
             assert len(incoming) == len(params) and all(incoming.values())
@@ -196,8 +197,8 @@ def test_batch_linear_inference_members_are_contiguous_as_eager(strategy):
     make them transposed views). The same linears traced with grad get the training form."""
     mods = _linears(6, 5, 4, True)
 
-    def f(*xs):
-        return [m(x).tanh() for m, x in zip(mods, xs)]
+    def f(*xs):  # one output, reached by every member (with grad, members must reach the same outputs)
+        return torch.stack([m(x).tanh() for m, x in zip(mods, xs)])
 
     xs = [rand(3, 5, seed=i) for i in range(6)]
     for grad, want_contiguous in ((False, True), (True, False)):
@@ -233,8 +234,8 @@ def test_split_linears_cat_is_one_baddbmm_between_views(strategy):
 def test_batch_linear_lhs_shared_input(strategy):
     x_mods = [torch.nn.Linear(6, o) for o in (2, 3, 4, 5)]
 
-    def f(x):
-        return [m(x).sigmoid() * (i + 1) for i, m in enumerate(x_mods)]
+    def f(x):  # one output, reached by every member (their weights train)
+        return torch.cat([m(x).sigmoid() * (i + 1) for i, m in enumerate(x_mods)], 1)
 
     r = check(f, [rand(3, 6)], strategy, **SMALL).report
     assert r.patterns_fired["batch_linear_lhs"] == 1
@@ -267,7 +268,8 @@ def test_batch_linear_lhs_readers_behind_other_linears(strategy):
 
 
 def test_linear_lhs_narrow_outputs_keep_eager_strides(strategy):
-    x_mods = [torch.nn.Linear(6, 3) for _ in range(3)]
+    # frozen: members returned as separate outputs may only be fused when no gradient reaches them
+    x_mods = [torch.nn.Linear(6, 3).requires_grad_(False) for _ in range(3)]
 
     def f(x):
         a, b, c = (m(x) for m in x_mods)

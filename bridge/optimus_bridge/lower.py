@@ -30,7 +30,7 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 from optimus_bridge.translate import (Slot, Translation, eager_output_meta, eager_storage_map, meta_val,
                                       storage_id)
 from optimus_eq.extract import EGraphView, no_gc
-from optimus_eq.extract.grad import grad_classes, gradient_info
+from optimus_eq.extract.grad import grad_classes, gradient_info, gradient_reach, output_nodes
 from optimus_eq.extract.plan import chosen_list
 
 def _call(g: Graph, target, args: tuple, kwargs: dict | None = None, name: str | None = None) -> Node:
@@ -180,6 +180,7 @@ class Lowerer:
         self._kept_pos = {n: i for i, n in enumerate(t.kept)}
         self._last_kept = -1
         self.splits: dict[str, SplitGroup] = {}
+        self.op_key: dict[Node, int] = {}  # emitted pure-op node -> its op key (gradient check)
 
     def class_of(self, node: Node) -> str:
         return self.view.node_of[self.t.node_id[node]]
@@ -316,6 +317,7 @@ class Lowerer:
             if kwargs:
                 n.kwargs = dict(kwargs)
             n.args = tuple(args)
+            self.op_key[n] = lit[0]
             return n
         raise LoweringError(f"no lowering for e-node {op}")
 
@@ -332,6 +334,7 @@ class Lowerer:
             out_args = torch.fx.node.map_arg(out_node.args[0], self.value_of_node)
             new_out = self.graph.output(out_args)
             new_out.meta = dict(out_node.meta)
+            self._keep_gradient_paths(new_out)
         finally:
             sys.setrecursionlimit(old_limit)
         self._remove_dead_terms()
@@ -342,6 +345,96 @@ class Lowerer:
             if added:
                 _propagate_meta(self.graph, self.t.gm, self.t.gm, lambda n: True, only=added)
         return _graph_module(self.t.gm, self.graph)
+
+    def _keep_gradient_paths(self, new_out: Node) -> None:
+        """Give every output eager's gradient paths (:class:`optimus_eq.extract.grad.GradientReach`): for
+        each output and each source (an input or parameter that requires grad), a path here exactly where
+        eager has one, so ``autograd.grad(output, source)`` is None exactly where eager's is.
+
+        Our paths are read from the emitted graph: a copied (kept) node carries gradient where eager's did
+        and an input still carries some; a view, cat or split passes its inputs' on; a pure op passes them
+        on unless eager showed its key dropping gradient (``nondiff_keys``) or its result is not floating.
+
+        * A source eager reaches and we do not (``cat([a, b]).split(..)[1]`` folded to ``b`` cuts ``a``): the
+          output becomes ``cat([out, s.reshape(-1)[:0].reshape(0, ..)])`` per lost source ``s`` (along dim 0;
+          a 0-dim output is viewed to one element and back). The empty piece adds no value (no NaN or inf,
+          unlike ``+ 0 * s``), its backward gives ``s`` eager's zero gradient, and Inductor's decomposition
+          of ``cat`` drops empty inputs (torch/_inductor/decomposition.py ``cat``): what is left is a copy
+          of ``out`` that fuses into its producer (a kernel of its own only after an extern kernel or an
+          input, where eager's cat copied too). Linking the source rather than the cut intermediate keeps
+          the forward free (the intermediate need not exist); the only difference to eager is a gradient
+          eager computes as ``0 * inf = NaN`` through the cut subgraph, here 0.
+        * An output that requires grad here and not in eager is detached (exact: eager's had no grad_fn).
+        * Any other extra path (a fused op reaching an output through another member) cannot be cut
+          without undoing the fusion: LoweringError (fall back). Horizontal fusion groups only members with
+          equal gradient signatures (``PlanGraph.grad_signature``), so this is a safety net.
+        """
+        from optimus_eq.extract.grad import propagate_reach
+
+        reach = gradient_reach(self.t) if self.level is TORCH_IR else None  # Aten-IR: no autograd here
+        if reach is None or not reach.sources:
+            return
+        copy_of = {v: k for k, v in self.env.items()}
+        bit = {n: 1 << i for i, n in enumerate(reach.sources)}
+        nondiff, carries_eager = reach.nondiff_keys, reach.carries
+
+        def carries_grad(n: Node, inputs: int) -> bool:
+            if not inputs:
+                return False
+            orig = copy_of.get(n)
+            if orig is not None:
+                return carries_eager.get(orig, 0) != 0
+            key = self.op_key.get(n)
+            if key is not None and key in nondiff:
+                return False
+            if n.target in (torch.Tensor.detach, torch.detach, "detach"):
+                return False
+            val = None
+            if key is not None:
+                val = self.t.types.get(key, (None, (None,)))[1][0]
+            return val is None or val.startswith(("torch.float", "torch.bfloat", "torch.complex"))
+
+        nodes = list(self.graph.nodes)
+        ours, _ = propagate_reach(nodes, carries_grad,
+                                  lambda n: bit.get(copy_of.get(n), 0) if n in copy_of else 0)
+        flat = output_nodes(new_out)
+        if len(flat) != len(reach.at_output):
+            raise LoweringError("output structure changed")
+        for i, (n, want) in enumerate(zip(flat, reach.at_output)):
+            have = ours.get(n, 0) if n is not None else 0
+            if have == want:
+                continue
+            extra, lost = have & ~want, want & ~have
+            if extra and want:
+                raise LoweringError(f"output {i} would have gradient paths eager does not have")
+            with self.graph.inserting_before(new_out):
+                if extra:  # eager's output needs no grad at all
+                    _replace_output_at(new_out, i, self.graph.call_method("detach", (n,)))
+                    continue
+                srcs = [self.env[s] for j, s in enumerate(reach.sources) if lost >> j & 1]
+                _replace_output_at(new_out, i, self._link_sources(n, srcs, i))
+
+    def _link_sources(self, n: Node, srcs: list[Node], i: int) -> Node:
+        """``cat([n, *empty pieces of srcs])``, equal to ``n`` with a gradient path to each source."""
+        like = meta_val(n)
+        orig = output_nodes(next(x for x in reversed(self.t.gm.graph.nodes) if x.op == "output"))[i]
+        like = meta_val(orig) if orig is not None else like
+        if not isinstance(like, torch.Tensor) or not _static(like):
+            raise LoweringError(f"output {i} lost gradient paths and has no static shape")
+        g, shape = self.graph, tuple(like.shape)
+        base = n if shape else _call(g, torch.reshape, (n, (1,)), name="reshape")
+        tail = shape[1:]
+        pieces = [base]
+        for s in srcs:
+            sv = meta_val(s)
+            e = _call(g, torch.narrow, (_call(g, torch.reshape, (s, (-1,)), name="reshape"), 0, 0, 0), name="narrow")
+            if isinstance(sv, torch.Tensor) and (sv.dtype != like.dtype or sv.device != like.device):
+                e = g.call_method("to", (e,), {"device": like.device, "dtype": like.dtype})
+            if tail:
+                e = _call(g, torch.reshape, (e, (0,) + tail), name="reshape")
+            pieces.append(e)
+        out = _call(g, torch.cat, (pieces, 0), name="cat")
+        return out if shape else _call(g, torch.reshape, (out, ()), name="reshape")
 
     def _remove_dead_terms(self) -> None:
         """Drop emitted term nodes nobody uses; kept (copied) nodes always stay."""

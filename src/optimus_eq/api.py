@@ -362,7 +362,7 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
         report.cost_model = describe(training=gradients is not None) if describe else type(cost_model).__name__
         report.training = gradients is not None
         plans = _Plans(tr, phases, cost_model, extractor, ilp_seconds, ilp_max_nodes, gradients)
-        hctx = HorizontalContext(tr, plans, pattern_options or {})
+        hctx = HorizontalContext(tr, plans, pattern_options or {}, level=level)
         if getattr(search_mod, "NEEDS_OBJECTIVE", False):
             strategy_options.setdefault("objective", _objective(tr, cost_model, gradients))
 

@@ -1,4 +1,9 @@
-"""Training costs: what the backward of a plan adds to its e-nodes (docs/DESIGN.md, "Extraction and cost").
+"""Gradient facts of a pre-grad graph, computed once per Translation from its FX nodes' meta: which terms
+require grad (:class:`GradientInfo`, for training costs) and eager's gradient paths from every input or
+parameter that requires grad to every output (:class:`GradientReach`, kept by horizontal fusion's grouping
+and checked by lowering; docs/DESIGN.md, "Safety"). Then the training costs.
+
+Training costs: what the backward of a plan adds to its e-nodes (docs/DESIGN.md, "Extraction and cost").
 
 A pre-grad graph whose values require grad will be differentiated by AOTAutograd; its backward is compiled
 with it, so a plan that is cheap forward can be dear backward. Two terms are added to an e-node's forward
@@ -57,16 +62,109 @@ class GradientInfo:
         return bool(self.requires_grad)
 
 
-def gradient_info(tr, level: str = "pre_grad"):
-    """Which terms of a translated graph (``optimus_bridge.translate.Translation``) require grad
-    (:class:`GradientInfo`, from the FX nodes' FakeTensor meta), or
-    None when the graph will not be differentiated: no computed node's value requires grad (traced under
-    ``torch.no_grad``, or no input requires grad), or an Aten-IR graph (``post_grad``: AOTAutograd has
-    already split off the backward, which is optimized as a graph of its own)."""
+@dataclass(frozen=True)
+class GradientReach:
+    """Eager's gradient paths through a Torch-IR graph, from its FX nodes' FakeTensor meta.
+
+    A *source* is a node whose value requires grad while none of its inputs' values does: a graph input
+    or parameter that requires grad (or a tensor made with ``requires_grad=True`` inside the graph). An edge
+    ``u -> n`` carries gradient when both values require grad. Eager's rule for ``autograd.grad(o, s,
+    allow_unused=True)`` (and ``s.grad`` after ``o.backward``): None exactly when no such path leads from
+    source s to output o, a tensor (possibly zeros) otherwise. Optimization must keep that, per output.
+
+    Attributes:
+        sources: the source nodes; bit i of a mask stands for ``sources[i]``.
+        carries: FX node -> mask of the sources whose gradient paths reach it (0: its value needs no grad).
+        reaches: FX node -> mask of the flattened output positions it reaches along gradient paths.
+        at_output: per flattened output position, the mask of sources it has paths to (0 for a value
+            that does not require grad, or no tensor).
+        nondiff_keys: pure op keys (``Translation.recipes``) seen in eager not to carry gradient from an
+            input that requires grad (``detach``, comparisons, integer results, ``zeros_like``).
+    """
+
+    sources: tuple = ()
+    carries: dict = field(default_factory=dict)
+    reaches: dict = field(default_factory=dict)
+    at_output: tuple = ()
+    nondiff_keys: frozenset = frozenset()
+
+    def class_reach(self, tr, view) -> dict:
+        """E-class -> ``(requires grad, output mask)`` over the FX nodes in it (their union: lowering
+        emits one value per e-class, read by every reader of any of them)."""
+        out: dict = {}
+        for node, h in tr.node_id.items():
+            c = view.node_of.get(h)
+            if c is None:
+                continue
+            rg, m = out.get(c, (False, 0))
+            out[c] = (rg or self.carries.get(node, 0) != 0, m | self.reaches.get(node, 0))
+        return out
+
+
+def _requires_grad(node) -> bool:
+    """Whether eager's value of ``node`` (a tensor, or a tuple/list of them) requires grad (meta)."""
+    from optimus_bridge.translate import meta_val
+
+    val = meta_val(node)
+    if isinstance(val, torch.Tensor):
+        return bool(val.requires_grad)
+    if isinstance(val, (tuple, list)):
+        return any(isinstance(v, torch.Tensor) and v.requires_grad for v in val)
+    return False
+
+
+def output_nodes(out_node) -> list:
+    """The flattened arguments of an FX output node, one per output position (None where not a node)."""
+    from torch.fx import Node
+
+    flat: list = []
+    torch.fx.node.map_aggregate(out_node.args[0], lambda a: flat.append(a if isinstance(a, Node) else None))
+    return flat
+
+
+def propagate_reach(nodes, carries_grad, source_bit, out_node=None):
+    """One forward and one backward pass of gradient paths over FX ``nodes`` (in graph order).
+
+    Args:
+        carries_grad: ``f(node, mask of its inputs) -> bool``, whether the node's value requires grad
+            given the sources its inputs carry.
+        source_bit: ``f(node) -> mask``, the node's own source bit (0 for non-sources).
+        out_node: the output node; with it the reverse pass runs too.
+
+    Returns:
+        ``(carries, reaches)``: node -> source mask; node -> output-position mask (empty without
+        ``out_node``).
+    """
+    carries: dict = {}
+    for n in nodes:
+        if n.op == "output":
+            continue
+        m = 0
+        for a in n.all_input_nodes:
+            m |= carries.get(a, 0)
+        own = source_bit(n)
+        carries[n] = (m | own) if (own or carries_grad(n, m)) else 0
+    reaches: dict = {}
+    if out_node is not None:
+        for i, a in enumerate(output_nodes(out_node)):
+            if a is not None and carries.get(a, 0):
+                reaches[a] = reaches.get(a, 0) | (1 << i)
+        for n in reversed(list(nodes)):
+            r = reaches.get(n, 0)
+            if not r or not carries.get(n, 0):
+                continue
+            for a in n.all_input_nodes:
+                if carries.get(a, 0):
+                    reaches[a] = reaches.get(a, 0) | r
+    return carries, reaches
+
+
+def _compute_facts(tr, level: str):
+    """One walk over ``tr``'s graph for :class:`GradientInfo` and :class:`GradientReach`."""
     from optimus_bridge.translate import meta_val
 
     if level != "pre_grad":
-        return None
+        return None, None
     grad, no_grad, params = set(), set(), {}
     computed = False
     for node, h in tr.node_id.items():
@@ -82,9 +180,54 @@ def gradient_info(tr, level: str = "pre_grad"):
                 params[h] = val.numel() if all(isinstance(s, int) for s in val.shape) else None
         else:
             computed = True
-    if not computed:
-        return None
-    return GradientInfo(frozenset(grad), frozenset(no_grad), params)
+    info = GradientInfo(frozenset(grad), frozenset(no_grad), params) if computed else None
+
+    nodes = list(tr.gm.graph.nodes)
+    rg = {n: _requires_grad(n) for n in nodes if n.op != "output"}
+    sources = [n for n in nodes if rg.get(n) and not any(rg.get(a) for a in n.all_input_nodes)]
+    if not sources:
+        return info, GradientReach()
+    bit = {n: 1 << i for i, n in enumerate(sources)}
+    out_node = next(n for n in reversed(nodes) if n.op == "output")
+    carries, reaches = propagate_reach(nodes, lambda n, m: rg[n], lambda n: bit.get(n, 0), out_node)
+    # pure op keys whose eager nodes drop gradient: a term of that key carries none (lowering's check)
+    key_of = {}
+    for rel in ("UnaryIn", "BinaryIn", "ApplyIn"):
+        for row in tr.rows.get(rel, ()):
+            if row[1] in tr.recipes:
+                key_of[row[0]] = row[1]
+    nondiff = set()
+    for node, h in tr.node_id.items():
+        k = key_of.get(h)
+        if k is not None and not rg.get(node) and any(rg.get(a) for a in node.all_input_nodes):
+            nondiff.add(k)
+    at_output = tuple(carries.get(a, 0) if a is not None else 0 for a in output_nodes(out_node))
+    return info, GradientReach(tuple(sources), carries, reaches, at_output, frozenset(nondiff))
+
+
+def _facts(tr, level: str):
+    """:func:`_compute_facts`, computed once per Translation and level (cached on it)."""
+    cache = tr.__dict__.setdefault("_gradient_facts", {})
+    if level not in cache:
+        cache[level] = _compute_facts(tr, level)
+    return cache[level]
+
+
+def gradient_info(tr, level: str = "pre_grad"):
+    """Which terms of a translated graph (``optimus_bridge.translate.Translation``) require grad
+    (:class:`GradientInfo`, from the FX nodes' FakeTensor meta), or
+    None when the graph will not be differentiated: no computed node's value requires grad (traced under
+    ``torch.no_grad``, or no input requires grad), or an Aten-IR graph (``post_grad``: AOTAutograd has
+    already split off the backward, which is optimized as a graph of its own). Computed once per
+    Translation, with :func:`gradient_reach`."""
+    return _facts(tr, level)[0]
+
+
+def gradient_reach(tr, level: str = "pre_grad"):
+    """Eager's gradient paths (:class:`GradientReach`) of a translated Torch-IR graph, or None for an
+    Aten-IR graph (``post_grad``). Its ``sources`` are empty when no value requires grad. Computed once per
+    Translation, with :func:`gradient_info`."""
+    return _facts(tr, level)[1]
 
 
 def contiguous_strides(shape) -> tuple:

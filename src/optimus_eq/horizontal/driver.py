@@ -44,6 +44,7 @@ class HorizontalContext:
         options: pattern name -> option overrides (``min_fuse_set_size``, ...).
         fired: pattern name -> groups fused (greedy) or fused alternatives added (eqsat).
         members: pattern name -> ops in those groups.
+        level: the graph's IR level (``"pre_grad"`` or ``"post_grad"``; gradient signatures are pre-grad only).
     """
 
     tr: object
@@ -52,6 +53,7 @@ class HorizontalContext:
     fired: Counter = field(default_factory=Counter)
     members: Counter = field(default_factory=Counter)
     alloc: IdAlloc | None = None
+    level: str = "pre_grad"
 
 
 def pattern_options(pattern, overrides: dict) -> dict:
@@ -104,7 +106,7 @@ def fuse_round(egraph, patterns: Sequence, ctx: HorizontalContext, destructive: 
     if ctx.alloc is None:
         ctx.alloc = IdAlloc(ctx.tr.rows)
     view, choice, outputs, contiguous = plan_of(egraph, ctx)
-    plan = PlanGraph(view, choice, ctx.tr, outputs, contiguous)
+    plan = PlanGraph(view, choice, ctx.tr, outputs, contiguous, ctx.level)
     if not plan.acyclic():
         # a plan whose kept FX nodes cannot keep their order: lowering rejects it anyway; fuse nothing
         return 0

@@ -87,10 +87,11 @@ class PlanGraph:
         tr: the bridge's Translation (recipes, types, kept nodes and their order).
         outputs: e-classes of graph outputs.
         eager_contiguous: e-class -> False when some FX node in it had non-contiguous strides in eager.
+        level: ``"pre_grad"`` or ``"post_grad"`` (:meth:`grad_signature` is None at post-grad).
     """
 
-    def __init__(self, view, choice: dict, tr, outputs: set, eager_contiguous: dict) -> None:
-        self.view, self.choice, self.tr = view, choice, tr
+    def __init__(self, view, choice: dict, tr, outputs: set, eager_contiguous: dict, level: str = "pre_grad") -> None:
+        self.view, self.choice, self.tr, self.level = view, choice, tr, level
         self.outputs = outputs
         self.eager_contiguous = eager_contiguous
         self.g = nx.DiGraph()
@@ -100,6 +101,9 @@ class PlanGraph:
         self._seq: list = []
         self._keys: list = []
         self._op_classes: list | None = None
+        self._sig: dict | None = None   # class -> grad signature (see grad_signature)
+        self._reach = None
+        self._grad: set | None = None
         nodes = view.nodes
         for c, nid in choice.items():
             en = nodes[nid]
@@ -177,6 +181,71 @@ class PlanGraph:
         self._members[c] = m
         return m
 
+    # -- gradient facts ---------------------------------------------------------------------------------
+    def grad_signature(self, c):
+        """``(requires grad, mask of output positions reached along gradient paths)`` of class ``c``'s value
+        in eager (:class:`optimus_eq.extract.grad.GradientReach`), or None when nothing requires grad.
+
+        A fused op's output depends, in autograd, on every member's inputs: fusing members whose
+        signatures differ would give an output gradient paths eager does not have (a parameter of a
+        detached or unused member gets zeros instead of None; an output of a member that needs no grad
+        comes back with ``requires_grad=True``; a parameter feeding one output gets zeros through
+        another). Members with equal signatures reach the same outputs, each of which already has paths
+        to every member's inputs that require grad. A class the rules made (no FX node in it) requires
+        grad when it is in :func:`optimus_eq.extract.grad.grad_classes` and reaches what its readers in
+        the plan reach; lowering checks the final graph against eager either way
+        (``optimus_bridge.lower``, ``_keep_gradient_paths``).
+        """
+        if self._sig is None:
+            from optimus_eq.extract.grad import gradient_info, gradient_reach
+
+            reach = gradient_reach(self.tr, self.level)
+            self._reach = reach if reach is not None and reach.sources else None
+            self._sig = self._reach.class_reach(self.tr, self.view) if self._reach else {}
+            info = gradient_info(self.tr) if self._reach else None
+            self._grad = set() if info is None else None  # computed on first use
+        if self._reach is None:
+            return None
+        if c in self._sig:
+            return self._sig[c]
+        if self._grad is None:
+            from optimus_eq.extract.grad import gradient_info, grad_classes
+
+            self._grad = grad_classes(self.view, gradient_info(self.tr))
+        # iterative post-order over plan readers of classes without FX nodes
+        stack = [c]
+        while stack:
+            v = stack[-1]
+            if v in self._sig:
+                stack.pop()
+                continue
+            todo = [s for s in self.g._succ.get(v, ()) if s not in self._sig and self._rule_made(s)]
+            if todo:
+                stack.extend(todo)
+                continue
+            stack.pop()
+            rg = v in self._grad if not isinstance(v, tuple) else True
+            mask = 0
+            if rg:
+                for s in self.g._succ.get(v, ()):
+                    mask |= self._succ_mask(s)
+            self._sig[v] = (rg, mask)
+        return self._sig[c]
+
+    def _rule_made(self, v) -> bool:
+        """A plan node whose signature is derived from its readers: a class with no FX node, or a fused op."""
+        return (not isinstance(v, tuple)) or v[0] == "fused"
+
+    def _succ_mask(self, s) -> int:
+        if isinstance(s, tuple):
+            if s[0] == "kept":
+                return self._reach.reaches.get(self.tr.kept[s[1]], 0)
+            if s[0] == "fused":
+                return self._sig[s][1]
+            return 0  # the output node: output classes carry their own bits
+        rg, mask = self._sig[s]
+        return mask if rg else 0
+
     # -- groups --------------------------------------------------------------------------------------
     def op_classes(self) -> list:
         """The classes of the plan whose op may be a member (:meth:`member` is not None), in graph order.
@@ -206,7 +275,9 @@ class PlanGraph:
                 except Exception:  # a user's key function failed on this op: leave it alone
                     k = None
             if k is not None:
-                keys[c] = k
+                # members must agree on eager's gradient facts (requires grad, outputs reached), else the
+                # fused op would give some output gradient paths to another member's inputs
+                keys[c] = (k, self.grad_signature(c))
 
         # only keys with enough candidates matter, and only roots within reach of such candidates
         count: dict = {}
