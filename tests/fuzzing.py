@@ -205,6 +205,16 @@ class FuzzGen(HGen):
             self.emit(f"{t} = {v}[{', '.join([':'] * d + [f':{v}.shape[{d}] // 2'])}]")
         self.used.add("symbolic")
 
+    def op_view_chain(self):
+        """A chain of views that passes through the tensor's own shape (``v.view(n, -1).view(*own).view(n, -1)``)."""
+        v = self.r.choice([w for w in self.tensors(2)] or self.tensors())
+        s = self.shape(v)
+        own = ", ".join(f"{v}.shape[{i}]" if self.dynamic else str(n) for i, n in enumerate(s))
+        head = f"{v}.shape[0]" if self.dynamic else str(s[0])
+        t = self.name()
+        self.emit(f"{t} = {v}.reshape({head}, -1).view({own}).reshape({head}, -1)")
+        self.used.add("view_chain")
+
     def op_output_views(self):
         """Two views of one intermediate (outputs that may overlap in eager)."""
         v = self.r.choice([w for w in self.tensors() if not w.startswith("x")] or self.tensors())
@@ -263,7 +273,7 @@ class FuzzGen(HGen):
             self._aliased_inputs(dtype)
         ops = [self.op_split, self.op_split, self.op_cat, self.op_cat, lambda: self.op_cat(True), self.op_group,
                self.op_group, self.op_linears, self.op_linears, self.op_layer_norms, self.op_view2, self.op_unary, self.op_binary,
-               self.op_slice, self.op_view, self.op_output_views]
+               self.op_slice, self.op_view, self.op_output_views, self.op_view_chain]
         ops += [self.op_mutate] * (3 if w["mutation"] else 0)
         ops += [self.op_alias_hazard] * (3 if w["aliased_inputs"] else 0)
         ops += [self.op_grad_region, self.op_detach_member] * (2 if w["grad_regions"] else 0)

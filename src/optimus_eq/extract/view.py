@@ -37,6 +37,17 @@ class ENode:
     cost: float = 0.0
 
 
+def _restore_subsumed(classes, subsumed: list, at: int = 1) -> list:
+    """The subsumed e-nodes (tuples whose e-class is item ``at``) of the e-classes left with no other
+    e-node. Greedy's destructive rewrites remove (subsume) an e-node, but a later merge can make a live
+    e-node congruent to a removed one, which removes it too: ``x.view(4, -1).view(4, 3, 6).view(4, -1)``
+    with x [4, 3, 6] (the middle view merges with x, the last view's removed e-node becomes the first
+    view's) left the first view's class with only a self loop, and greedy fell back with NoAcyclicTerm
+    (issue 11, class 6). A subsumed e-node is still an equality the rules proved, so it is a sound last
+    resort for such a class."""
+    return [t for t in subsumed if not classes.get(t[at])]
+
+
 @dataclass
 class EGraphView:
     """A parsed egglog e-graph restricted to term e-nodes (subsumed ones dropped).
@@ -106,6 +117,7 @@ class EGraphView:
 
         nid = 0
         leaves: dict[int, int] = {}
+        subsumed: list = []     # (op, e-class, children, literals) of subsumed rows, for _restore_subsumed
         for op, fn in functions.items():
             if op not in CONSTRUCTORS:
                 continue
@@ -114,8 +126,6 @@ class EGraphView:
             lpos = [(k, kind == 1) for k, kind in enumerate(kinds) if kind != 0]
             ints = [k for k, is_int in lpos] if all(is_int for _, is_int in lpos) else None
             for row in fn.rows:
-                if row.subsumed:
-                    continue
                 ins = row.inputs
                 children = [intern(ins[k], len(ids)) for k in tpos]
                 if ints is not None:
@@ -123,6 +133,10 @@ class EGraphView:
                 else:
                     literals = [i64(ins[k]) if is_int else vec(ins[k]) for k, is_int in lpos]
                 c = intern(row.output, len(ids))
+                if row.subsumed:
+                    if c not in children:
+                        subsumed.append((op, c, children, literals))
+                    continue
                 if c in children:  # self loop: never part of an acyclic plan
                     if op in ("Unary", "Binary", "Apply", "Leaf"):  # f(x) == x is never derivable here
                         inconsistent.append(f"{op}{tuple(literals)} in its own argument's e-class")
@@ -143,6 +157,10 @@ class EGraphView:
         for c, n in leaves.items():
             if n > 1:
                 inconsistent.append(f"two graph inputs or opaque leaves in e-class {c}")
+        for op, c, children, literals in _restore_subsumed(classes, subsumed):
+            nodes[nid] = ENode(op, c, children, literals)
+            classes[c].append(nid)
+            nid += 1
         view._num_classes = len(ids)
         return view
 
@@ -156,6 +174,7 @@ class EGraphView:
             return cls.from_egraph(data)
         raw = data["nodes"]
         view = cls()
+        subsumed: list = []
 
         def literal(nid: str):
             node = raw[nid]
@@ -167,7 +186,7 @@ class EGraphView:
             op = node["op"]
             if op == "NodeOf":
                 view.node_of[int(raw[node["children"][0]]["op"])] = node["eclass"]
-            if op not in CONSTRUCTORS or node.get("subsumed"):
+            if op not in CONSTRUCTORS:
                 continue
             children, literals = [], []
             for c in node["children"]:
@@ -175,7 +194,13 @@ class EGraphView:
                     literals.append(literal(c))
                 else:
                     children.append(raw[c]["eclass"])
+            if node.get("subsumed"):
+                if node["eclass"] not in children:
+                    subsumed.append((nid, op, node["eclass"], children, literals))
+                continue
             view._add(nid, op, node["eclass"], children, literals)
+        for nid, op, c, children, literals in _restore_subsumed(view.classes, subsumed, 2):
+            view._add(nid, op, c, children, literals)
         view._check_leaves()
         vec_of_class = {n["eclass"]: n for n in raw.values() if n["op"] == "vec-of"}
         for node in raw.values():
