@@ -46,6 +46,10 @@ import optimus_eq
 from conftest import _gm_args, _may_overlap, _observable_strides, alias_pairs, assert_same_tensor
 from test_fuzz_horizontal import HGen, SMALL
 
+#: post-grad horizontal patterns with groups from 2 members (the fuzzer's ``pattern_options`` at post-grad)
+SMALL_POST_GRAD = {name: {"min_fuse_set_size": 2} for name in (
+    "batch_linear_post_grad", "batch_aten_tanh", "batch_aten_sigmoid", "batch_aten_relu", "batch_aten_add",
+    "batch_aten_sub", "batch_aten_div", "batch_aten_mul")}
 DTYPES = {torch.float32: "torch.float32", torch.bfloat16: "torch.bfloat16", torch.float16: "torch.float16"}
 
 
@@ -427,8 +431,10 @@ def _flat(x) -> list:
 def _optimize(gm, example_inputs, strategy, level, pattern_options):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        if level == "post_grad" and pattern_options:
+            pattern_options = SMALL_POST_GRAD
         return optimus_eq.optimize(gm, example_inputs, strategy=strategy, level=level,
-                                   pattern_options=pattern_options if level == "pre_grad" else None)
+                                   pattern_options=pattern_options)
 
 
 def run_program(fn: Callable, make_inputs: Callable, strategies, *, level: str = "pre_grad",
@@ -437,7 +443,7 @@ def run_program(fn: Callable, make_inputs: Callable, strategies, *, level: str =
     :class:`Outcome`. ``make_inputs()`` returns fresh ``(arguments, leaves)`` each call."""
     if level == "pre_grad":
         return _run_pre_grad(fn, make_inputs, strategies, dynamic, pattern_options)
-    return _run_post_grad(fn, make_inputs, strategies, dynamic)
+    return _run_post_grad(fn, make_inputs, strategies, dynamic, pattern_options)
 
 
 def _run_pre_grad(fn, make_inputs, strategies, dynamic, pattern_options) -> dict:
@@ -553,7 +559,7 @@ def _judge(reference, actual, reports, ref64=None) -> Outcome:
     return Outcome("ok", reports=reports)
 
 
-def _aot_compile(fn, dynamic, strategy, reports):
+def _aot_compile(fn, dynamic, strategy, reports, pattern_options=None):
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.aot_autograd import make_boxed_func
     from torch._inductor.decomposition import select_decomp_table
@@ -561,7 +567,7 @@ def _aot_compile(fn, dynamic, strategy, reports):
     def compiler(gm, example_inputs):
         if strategy is None:
             return make_boxed_func(gm)
-        gm2, report = _optimize(gm, example_inputs, strategy, "post_grad", None)
+        gm2, report = _optimize(gm, example_inputs, strategy, "post_grad", pattern_options)
         reports.append(report)
         return make_boxed_func(gm2)
 
@@ -570,13 +576,13 @@ def _aot_compile(fn, dynamic, strategy, reports):
     return torch.compile(fn, backend=backend, dynamic=dynamic, fullgraph=True)
 
 
-def _run_post_grad(fn, make_inputs, strategies, dynamic) -> dict:
+def _run_post_grad(fn, make_inputs, strategies, dynamic, pattern_options=None) -> dict:
     """Post-grad: dynamo + AOTAutograd with the optimizer as forward and backward compiler. The reference
     is the same compile without the optimizer (so AOTAutograd's own layouts are not charged to us),
     checked against eager ``fn`` first (a mismatch there makes the program invalid)."""
     def attempt(strategy):
         reports: list = []
-        compiled = _aot_compile(fn, dynamic, strategy, reports)
+        compiled = _aot_compile(fn, dynamic, strategy, reports, pattern_options)
         opt_in, opt_leaves = make_inputs()
         act_flat = _flat(compiled(*opt_in))
         return act_flat, opt_in, opt_leaves, reports

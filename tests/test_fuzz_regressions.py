@@ -402,7 +402,8 @@ def test_view_chain_through_the_inputs_own_shape(strategy, dynamic):
     last view is congruent to the first. Greedy's destructive rewrite of the last view (a reshape of a
     reshape) removed an e-node that the merge then made the first view's own, leaving its class a self loop:
     ``extract failed: NoAcyclicTerm``, the original graph returned. Now such a class keeps its removed e-node
-    as a last resort (``extract.view._restore_subsumed``) and both strategies fold the chain to one reshape."""
+    as a last resort (the extraction is retried with ``EGraphView.from_egraph(..., restore_subsumed=True)``,
+    ``extract.view._restore_subsumed``) and both strategies fold the chain to one reshape."""
     from fuzzing import run_program
 
     def f(x):

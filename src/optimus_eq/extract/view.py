@@ -89,18 +89,20 @@ class EGraphView:
                 self.inconsistent.append(f"two graph inputs or opaque leaves in e-class {cls}")
 
     @classmethod
-    def from_egraph(cls, egraph) -> "EGraphView":
+    def from_egraph(cls, egraph, restore_subsumed: bool = False) -> "EGraphView":
         """Read the e-graph straight from egglog's frozen tables (``egglog.bindings.EGraph.freeze``).
 
         ``egraph`` is an :class:`optimus_eq.egraph.EGraph` or an ``egglog.bindings.EGraph``. Much faster
         than serializing to JSON and parsing it (0.5 s instead of 7 s at 125k e-nodes, 2 cores). E-node
         ids are 0..N-1 and e-class ids 0..C-1 (ints), which lets :func:`extract` skip re-indexing.
+        ``restore_subsumed``: give an e-class left with no e-node but subsumed ones those e-nodes back
+        (:func:`_restore_subsumed`; the retry of an extraction that found no acyclic term).
         """
         with no_gc():
-            return cls._from_frozen(getattr(egraph, "egraph", egraph))
+            return cls._from_frozen(getattr(egraph, "egraph", egraph), restore_subsumed)
 
     @classmethod
-    def _from_frozen(cls, g) -> "EGraphView":
+    def _from_frozen(cls, g, restore_subsumed: bool = False) -> "EGraphView":
         functions = g.freeze().functions
         i64, to_vec = g.value_to_i64, g.value_to_vec
         view = cls()
@@ -134,7 +136,7 @@ class EGraphView:
                     literals = [i64(ins[k]) if is_int else vec(ins[k]) for k, is_int in lpos]
                 c = intern(row.output, len(ids))
                 if row.subsumed:
-                    if c not in children:
+                    if restore_subsumed and c not in children:
                         subsumed.append((op, c, children, literals))
                     continue
                 if c in children:  # self loop: never part of an acyclic plan
@@ -165,13 +167,13 @@ class EGraphView:
         return view
 
     @classmethod
-    def from_json(cls, data: dict) -> "EGraphView":
+    def from_json(cls, data: dict, restore_subsumed: bool = False) -> "EGraphView":
         """Parse egglog's JSON serialization (slower than :meth:`from_egraph`; same result, str ids).
 
         ``data`` may also be an e-graph, which is then read with :meth:`from_egraph`.
         """
         if not isinstance(data, dict):
-            return cls.from_egraph(data)
+            return cls.from_egraph(data, restore_subsumed)
         raw = data["nodes"]
         view = cls()
         subsumed: list = []
@@ -195,7 +197,7 @@ class EGraphView:
                 else:
                     children.append(raw[c]["eclass"])
             if node.get("subsumed"):
-                if node["eclass"] not in children:
+                if restore_subsumed and node["eclass"] not in children:
                     subsumed.append((nid, op, node["eclass"], children, literals))
                 continue
             view._add(nid, op, node["eclass"], children, literals)
