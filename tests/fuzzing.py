@@ -102,6 +102,7 @@ class FuzzGen(HGen):
         self.used: set[str] = set()
         self.alias_src: list[str] = []   # make_inputs lines of aliased inputs
         self.leaves: list[str] = []      # inputs (or bases) that require grad
+        self.extra_outs: list[str] = []  # results an op wants returned
 
     # -- inputs --
     def _input(self, shape, dtype, transposed=False, requires_grad=None) -> str:
@@ -238,6 +239,7 @@ class FuzzGen(HGen):
         self.emit(f"{t1} = " + f.format(b))
         self.emit(f"{a}.{self.r.choice(['add_(1)', 'mul_(-2)', 'relu_()'])}")
         self.emit(f"{t2} = " + f.format(b))
+        self.extra_outs += [t1, t2]  # returned, so the difference is observable
         self.used.add("mutation")
 
     def op_detach_member(self):
@@ -287,6 +289,7 @@ class FuzzGen(HGen):
             self._try(r.choice(ops))
         made = [v for v in self.tensors(0) if not v.startswith("x")]
         outs = made[-r.randint(1, 4):] if made else [n for n, *_ in self.inputs_]
+        outs += [v for v in self.extra_outs if v in self.env and v not in outs]
         roll = r.random()
         if roll < 0.15:
             outs.append(r.choice(self.tensors(0)))

@@ -17,12 +17,12 @@ import torch
 import fuzzing
 from conftest import STRATEGIES
 
-#: (seed, generate() keywords): 24 programs with features drawn from the seed, 4 forced to alias inputs and
-#: mutate them, 4 with grad-mode regions and requires_grad on some inputs, 4 post-grad
+#: (seed, generate() keywords): 24 programs with features drawn from the seed, 6 forced to alias inputs and
+#: mutate them, 4 with grad-mode regions and requires_grad on some inputs, 3 post-grad
 PROGRAMS = ([(s, {"level": "pre_grad"}) for s in range(24)]
-            + [(s, {"level": "pre_grad", "aliased_inputs": True, "mutation": True}) for s in range(100, 104)]
+            + [(s, {"level": "pre_grad", "aliased_inputs": True, "mutation": True}) for s in range(100, 106)]
             + [(s, {"level": "pre_grad", "grad_regions": True, "some_requires_grad": True}) for s in range(200, 204)]
-            + [(s, {"level": "post_grad"}) for s in range(300, 304)])
+            + [(s, {"level": "post_grad"}) for s in range(300, 303)])
 #: fallbacks allowed, as a fraction of the valid programs of one strategy
 FALLBACK_BOUND = 0.05
 
