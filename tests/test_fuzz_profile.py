@@ -141,3 +141,22 @@ def test_values_are_judged_against_float64_where_eager_is_the_less_exact():
     exact = [torch.nn.functional.layer_norm(x.double(), [1])]
     assert fuzzing._fair_values(eager, [torch.zeros_like(eager[0])], lambda: exact) == bool(eager[0].any())
     assert not fuzzing._fair_values(eager, [torch.full_like(eager[0], 0.5)], lambda: exact)
+
+
+def test_long_profile_script_prints_the_outcome_table(tmp_path, capsys):
+    """``bench/fuzz.py`` (the long profile) on two programs in this process: the table of outcomes."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("bench_fuzz", Path(__file__).parent.parent / "bench" / "fuzz.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    threads = torch.get_num_threads()
+    try:
+        mod.main(["--programs", "2", "--jobs", "1", "--level", "pre_grad", "--strategy", "greedy",
+                  "--out", str(tmp_path)])
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    assert "2 programs" in out and "| greedy |" in out and "fallback causes" in out, out
+    assert sum(int(x) for x in out.split("| greedy |")[1].split("\n")[0].split("|")[:5]) == 2, out
