@@ -646,3 +646,53 @@ def known_class(program: Program, outcome: Outcome) -> str | None:
     if "aliased_inputs" in program.features and c in ("values", "mutation", "grad_values"):
         return "class 1"
     return None
+
+
+def minimize(program: Program, strategy: str, budget: int = 200) -> Program:
+    """A smaller program with the same outcome (kind and cause) under ``strategy``: drop body lines and
+    returned values one at a time while the outcome stays (delta debugging, one element at a time; at most
+    ``budget`` runs). For turning a fuzz failure into a regression test."""
+    from dataclasses import replace
+
+    def outcome(p):
+        o = run(p, (strategy,))[strategy]
+        return o.kind, o.cause
+
+    want = outcome(program)
+    runs = 0
+
+    def parts(p):
+        head, *body = p.f_src.rstrip("\n").split("\n")
+        return head, body[:-1], body[-1]
+
+    changed = True
+    while changed and runs < budget:
+        changed = False
+        head, body, ret = parts(program)
+        outs = [o.strip() for o in ret.strip()[len("return ("):-1].split(",") if o.strip()]
+        candidates = [("line", i) for i in reversed(range(len(body)))] + [("out", i) for i in range(len(outs))]
+        for kind, i in candidates:
+            if runs >= budget:
+                break
+            if kind == "line":
+                if body[i].startswith("        "):  # inside a with block: goes with its header
+                    continue
+                j = i + 1
+                while j < len(body) and body[j].startswith("        "):
+                    j += 1
+                new_body, new_outs = body[:i] + body[j:], outs
+            else:
+                if len(outs) == 1:
+                    continue
+                new_body, new_outs = body, outs[:i] + outs[i + 1:]
+            src = "\n".join([head, *new_body, f"    return ({', '.join(new_outs)},)"]) + "\n"
+            cand = replace(program, f_src=src)
+            runs += 1
+            try:
+                same = outcome(cand) == want
+            except Exception:  # noqa: BLE001 -- a broken candidate
+                same = False
+            if same:
+                program, changed = cand, True
+                break
+    return program
