@@ -393,3 +393,62 @@ def test_zero_row_weight_in_a_fused_linear_keeps_its_empty_gradient():
         r = check(f, [rand(4, 6), rand(0, 6), rand(7, 6)], strategy,
                   pattern_options={"batch_linear_lhs": {"min_fuse_set_size": 2}}).report
         assert not r.patterns_fired.get("batch_linear_lhs")
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_view_chain_through_the_inputs_own_shape(strategy, dynamic):
+    """``x.view(4, -1).view(4, 3, 6).view(4, -1)`` (issue 11, class 6): the middle view is x itself, so the
+    last view is congruent to the first. Greedy's destructive rewrite of the last view (a reshape of a
+    reshape) removed an e-node that the merge then made the first view's own, leaving its class a self loop:
+    ``extract failed: NoAcyclicTerm``, the original graph returned. Now such a class keeps its removed e-node
+    as a last resort (the extraction is retried with ``EGraphView.from_egraph(..., restore_subsumed=True)``,
+    ``extract.view._restore_subsumed``) and both strategies fold the chain to one reshape."""
+    from fuzzing import run_program
+
+    def f(x):
+        n = x.shape[0]
+        return (x.view(n, -1).view(n, x.shape[1], x.shape[2]).view(n, -1) * 2,)
+
+    def make_inputs():
+        x = rand(4, 3, 6, seed=0).requires_grad_()
+        return [x], [x]
+
+    got = run_program(f, make_inputs, [strategy], dynamic=dynamic)[strategy]
+    assert got.kind == "ok", got
+    if not dynamic:
+        assert got.reports[0].ops_after.get("reshape", 0) + got.reports[0].ops_after.get("view", 0) == 1
+
+
+def test_restored_subsumed_enodes_only_for_emptied_classes():
+    """The last resort keeps a subsumed e-node only where its e-class has no other e-node, and never a
+    subsumed self loop."""
+    from optimus_eq.extract.view import _restore_subsumed
+
+    classes = {1: [10], 2: []}
+    subsumed = [("Reshape", 1, [0], [(4, 18)]), ("Reshape", 2, [0], [(4, 18)]), ("Reshape", 3, [0], [(2,)])]
+    assert _restore_subsumed(classes, subsumed) == subsumed[1:]
+
+
+def test_zero_size_pieces_keep_the_egraph_consistent():
+    """Found by the fuzzer (seed 40061), minimized by ``fuzzing.minimize``: x1 [8, 0, 2]; the zero-length
+    ``cat([v2, x1], 1).narrow(1, 0, 0)`` matched split_of_cat's whole-input rule for both zero-length
+    inputs, merging x1 with ``x1.detach()``; extraction refused the e-graph as inconsistent (``extract
+    failed: RuntimeError: inconsistent e-graph (Unary(...) in its own argument's e-class)``) and eqsat fell
+    back. The rule now needs a piece of positive length."""
+    from fuzzing import SMALL, run_program
+
+    def f(x0, x1):
+        v2 = x1.detach()
+        v4 = torch.split(v2, 1, dim=-1)[0]
+        v6 = torch.cat([v2, x1], 1)
+        v9 = torch.unbind(v4 * v4, -1)[0]
+        v6.narrow(1, 0, 0)
+        return (torch.stack([v9], -2),)
+
+    def make_inputs():
+        x0, x1 = rand(3, 3, 2, 2, seed=0).bfloat16().requires_grad_(), rand(8, 0, 2).bfloat16().requires_grad_()
+        return [x0, x1], [x0, x1]
+
+    got = run_program(f, make_inputs, ["eqsat"], pattern_options=SMALL)["eqsat"]
+    assert got.kind == "ok", got

@@ -12,7 +12,7 @@ from torch.fx import GraphModule
 
 from optimus_eq.cost import GPUCostModel
 from optimus_eq.egraph import EGraph, Limits, is_rust_panic
-from optimus_eq.extract import EGraphView, extract, input_cost, no_gc
+from optimus_eq.extract import EGraphView, NoAcyclicTerm, extract, input_cost, no_gc
 from optimus_eq.extract.grad import gradient_info
 from optimus_eq.options import select_patterns
 from optimus_eq.patterns import DEFAULT_REGISTRY, PatternRegistry
@@ -293,13 +293,21 @@ class _Plans:
             return self._last[1]
         self.phases.append("extract")
         t0 = time.perf_counter()
-        view = EGraphView.from_egraph(egraph)
-        view.gradients = self.gradients
-        if view.inconsistent:
-            raise RuntimeError(f"inconsistent e-graph ({view.inconsistent[0]})")
-        roots, forced = _roots_and_forced(view, self.tr)
-        ex = extract(view, roots, forced, self.cost_model, method=self.method, seconds=self.seconds,
-                     ilp_max_nodes=self.ilp_max_nodes)
+        for restore in (False, True):
+            view = EGraphView.from_egraph(egraph, restore_subsumed=restore)
+            view.gradients = self.gradients
+            if view.inconsistent:
+                raise RuntimeError(f"inconsistent e-graph ({view.inconsistent[0]})")
+            roots, forced = _roots_and_forced(view, self.tr)
+            try:
+                ex = extract(view, roots, forced, self.cost_model, method=self.method, seconds=self.seconds,
+                             ilp_max_nodes=self.ilp_max_nodes)
+                break
+            except NoAcyclicTerm:
+                # greedy's destructive rewrites, then a merge, can leave a class nothing but removed
+                # e-nodes (issue 11, class 6): read it again with those back as a last resort
+                if restore:
+                    raise
         self.spent += time.perf_counter() - t0
         self.reads += 1
         self.phases.pop()

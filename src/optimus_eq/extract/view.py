@@ -37,6 +37,17 @@ class ENode:
     cost: float = 0.0
 
 
+def _restore_subsumed(classes, subsumed: list, at: int = 1) -> list:
+    """The subsumed e-nodes (tuples whose e-class is item ``at``) of the e-classes left with no other
+    e-node. Greedy's destructive rewrites remove (subsume) an e-node, but a later merge can make a live
+    e-node congruent to a removed one, which removes it too: ``x.view(4, -1).view(4, 3, 6).view(4, -1)``
+    with x [4, 3, 6] (the middle view merges with x, the last view's removed e-node becomes the first
+    view's) left the first view's class with only a self loop, and greedy fell back with NoAcyclicTerm
+    (issue 11, class 6). A subsumed e-node is still an equality the rules proved, so it is a sound last
+    resort for such a class."""
+    return [t for t in subsumed if not classes.get(t[at])]
+
+
 @dataclass
 class EGraphView:
     """A parsed egglog e-graph restricted to term e-nodes (subsumed ones dropped).
@@ -78,18 +89,20 @@ class EGraphView:
                 self.inconsistent.append(f"two graph inputs or opaque leaves in e-class {cls}")
 
     @classmethod
-    def from_egraph(cls, egraph) -> "EGraphView":
+    def from_egraph(cls, egraph, restore_subsumed: bool = False) -> "EGraphView":
         """Read the e-graph straight from egglog's frozen tables (``egglog.bindings.EGraph.freeze``).
 
         ``egraph`` is an :class:`optimus_eq.egraph.EGraph` or an ``egglog.bindings.EGraph``. Much faster
         than serializing to JSON and parsing it (0.5 s instead of 7 s at 125k e-nodes, 2 cores). E-node
         ids are 0..N-1 and e-class ids 0..C-1 (ints), which lets :func:`extract` skip re-indexing.
+        ``restore_subsumed``: give an e-class left with no e-node but subsumed ones those e-nodes back
+        (:func:`_restore_subsumed`; the retry of an extraction that found no acyclic term).
         """
         with no_gc():
-            return cls._from_frozen(getattr(egraph, "egraph", egraph))
+            return cls._from_frozen(getattr(egraph, "egraph", egraph), restore_subsumed)
 
     @classmethod
-    def _from_frozen(cls, g) -> "EGraphView":
+    def _from_frozen(cls, g, restore_subsumed: bool = False) -> "EGraphView":
         functions = g.freeze().functions
         i64, to_vec = g.value_to_i64, g.value_to_vec
         view = cls()
@@ -106,6 +119,7 @@ class EGraphView:
 
         nid = 0
         leaves: dict[int, int] = {}
+        subsumed: list = []     # (op, e-class, children, literals) of subsumed rows, for _restore_subsumed
         for op, fn in functions.items():
             if op not in CONSTRUCTORS:
                 continue
@@ -114,8 +128,6 @@ class EGraphView:
             lpos = [(k, kind == 1) for k, kind in enumerate(kinds) if kind != 0]
             ints = [k for k, is_int in lpos] if all(is_int for _, is_int in lpos) else None
             for row in fn.rows:
-                if row.subsumed:
-                    continue
                 ins = row.inputs
                 children = [intern(ins[k], len(ids)) for k in tpos]
                 if ints is not None:
@@ -123,6 +135,10 @@ class EGraphView:
                 else:
                     literals = [i64(ins[k]) if is_int else vec(ins[k]) for k, is_int in lpos]
                 c = intern(row.output, len(ids))
+                if row.subsumed:
+                    if restore_subsumed and c not in children:
+                        subsumed.append((op, c, children, literals))
+                    continue
                 if c in children:  # self loop: never part of an acyclic plan
                     if op in ("Unary", "Binary", "Apply", "Leaf"):  # f(x) == x is never derivable here
                         inconsistent.append(f"{op}{tuple(literals)} in its own argument's e-class")
@@ -143,19 +159,24 @@ class EGraphView:
         for c, n in leaves.items():
             if n > 1:
                 inconsistent.append(f"two graph inputs or opaque leaves in e-class {c}")
+        for op, c, children, literals in _restore_subsumed(classes, subsumed):
+            nodes[nid] = ENode(op, c, children, literals)
+            classes[c].append(nid)
+            nid += 1
         view._num_classes = len(ids)
         return view
 
     @classmethod
-    def from_json(cls, data: dict) -> "EGraphView":
+    def from_json(cls, data: dict, restore_subsumed: bool = False) -> "EGraphView":
         """Parse egglog's JSON serialization (slower than :meth:`from_egraph`; same result, str ids).
 
         ``data`` may also be an e-graph, which is then read with :meth:`from_egraph`.
         """
         if not isinstance(data, dict):
-            return cls.from_egraph(data)
+            return cls.from_egraph(data, restore_subsumed)
         raw = data["nodes"]
         view = cls()
+        subsumed: list = []
 
         def literal(nid: str):
             node = raw[nid]
@@ -167,7 +188,7 @@ class EGraphView:
             op = node["op"]
             if op == "NodeOf":
                 view.node_of[int(raw[node["children"][0]]["op"])] = node["eclass"]
-            if op not in CONSTRUCTORS or node.get("subsumed"):
+            if op not in CONSTRUCTORS:
                 continue
             children, literals = [], []
             for c in node["children"]:
@@ -175,7 +196,13 @@ class EGraphView:
                     literals.append(literal(c))
                 else:
                     children.append(raw[c]["eclass"])
+            if node.get("subsumed"):
+                if restore_subsumed and node["eclass"] not in children:
+                    subsumed.append((nid, op, node["eclass"], children, literals))
+                continue
             view._add(nid, op, node["eclass"], children, literals)
+        for nid, op, c, children, literals in _restore_subsumed(view.classes, subsumed, 2):
+            view._add(nid, op, c, children, literals)
         view._check_leaves()
         vec_of_class = {n["eclass"]: n for n in raw.values() if n["op"] == "vec-of"}
         for node in raw.values():

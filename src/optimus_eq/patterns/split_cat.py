@@ -85,7 +85,7 @@ split_of_cat_pass = Pattern(
     kind="vertical",
     rules=(
         Rule("split_of_cat/whole_input", "(Narrow (Cat L) d s l n)", "x",
-             ("(CatOffset L (Cons d x R) d s)", "(= shx (shape x))", "(= l (vec-get shx d))")),
+             ("(CatOffset L (Cons d x R) d s)", "(= shx (shape x))", "(= l (vec-get shx d))", "(> l 0)")),
     ),
     doc="""A split piece of a cat that is exactly one of the cat's inputs is that input (no pass of
     upstream Optimus; Inductor's pointwise cat lowering gets the same effect when the cat has at most
@@ -95,7 +95,9 @@ split_of_cat_pass = Pattern(
     torch.stack([d, *torch.split(torch.cat(bags, 1), D, 1)], 1)  =>  torch.stack([d, *bags], 1)
     (DLRM's KeyedTensor: pooled embeddings concatenated, then split per feature. Without this rule
     the stack became a cat of d and a view of the pooled cat: two copies where one suffices)
-    A piece that straddles two inputs, or covers part of one, is left alone. The input is found by the
+    A piece that straddles two inputs, or covers part of one, is left alone; so is a zero-length piece
+    (every zero-length input at its offset would match, and the rule merged x with x.detach() where
+    both had zero length: an e-graph extraction refuses as inconsistent; found by the fuzzer). The input is found by the
     ``CatOffset`` analysis (:mod:`optimus_eq.terms`): n rows per narrowed cat of n inputs.
     Pre-grad only: in a backward graph the gradient of a cat is split, and those pieces are graph
     outputs whose strides Inductor has fixed (views of the cat); the post-grad lowering cannot re-stride
