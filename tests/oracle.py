@@ -189,7 +189,7 @@ def assert_values(actual: torch.Tensor, expected: torch.Tensor, ref64, what: str
     floor = ULPS * torch.finfo(e.dtype).eps * float(r.abs()[fin].max())
     bound = K * float(err_e.max()) + floor
     worst = float(err_a.max())
-    if bound > 0 and worst / bound > CLOSEST[0]:
+    if bound > 0 and CLOSEST[0] < worst / bound <= 1:
         CLOSEST[:] = [worst / bound, f"{what} ({e.dtype}, {tuple(e.shape)})"]
     if not worst <= bound:  # also catches NaN in ours
         idx = tuple(int(i) for i in torch.nonzero(fin)[int(torch.nan_to_num(err_a, nan=float("inf")).argmax())])
@@ -278,7 +278,7 @@ def assert_same_grads(act_flat, exp_flat, opt_in, ref_in, ref: Reference | None 
         assert isinstance(act_flat[i], torch.Tensor) and act_flat[i].requires_grad, f"output {i} lost requires_grad"
     loss_e = sum((exp_flat[i].float() * w.float()).sum() for i, w in zip(diff, weights))
     loss_a = sum((act_flat[i].float() * w.float()).sum() for i, w in zip(diff, weights))
-    ge = torch.autograd.grad(loss_e, [ref_in[i] for i in leaves], allow_unused=True)
+    ge = torch.autograd.grad(loss_e, [ref_in[i] for i in leaves], allow_unused=True, retain_graph=True)
     ga = torch.autograd.grad(loss_a, [opt_in[i] for i in leaves], allow_unused=True)
     gr = _grads64(ref, exp_flat, diff, weights, [ref_in[i] for i in leaves])
     for k, (i, a, e) in enumerate(zip(leaves, ga, ge)):
@@ -303,7 +303,7 @@ def _grads64(ref: Reference | None, exp_flat, diff, weights, leaves) -> list:
         return none
     loss = sum((o * w.double()).sum() for o, w in zip(outs, weights))
     try:
-        return list(torch.autograd.grad(loss, leaves64, allow_unused=True))
+        return list(torch.autograd.grad(loss, leaves64, allow_unused=True, retain_graph=True))
     except RuntimeError:
         return none
 
