@@ -81,6 +81,15 @@ class Reference:
         """The float64 counterpart of an eager argument or parameter (None if it has none)."""
         return self.copies.get(id(original))
 
+    def grads(self, loss: Callable[[list], torch.Tensor], originals: Sequence) -> list:
+        """Gradients of ``loss(outputs)`` (the float64 outputs, flat) with respect to the float64 copies of
+        ``originals`` (eager arguments or parameters that require grad): one float64 tensor, or None, per
+        original; all None when there is no float64 run (the caller then compares with eager alone)."""
+        leaves = [self.of(x) for x in originals]
+        if self.outputs is None or not all(isinstance(x, torch.Tensor) and x.requires_grad for x in leaves):
+            return [None] * len(originals)
+        return list(torch.autograd.grad(loss(self.outputs), leaves, allow_unused=True, retain_graph=True))
+
 
 def _is_float(t) -> bool:
     return isinstance(t, torch.Tensor) and t.is_floating_point()
@@ -125,11 +134,13 @@ def _module64(m: torch.nn.Module, copies: dict) -> torch.nn.Module:
     return m64
 
 
-def float64_reference(fn: Callable[..., Any], args: Sequence) -> Reference:
+def float64_reference(fn: Callable[..., Any], args: Sequence, module: torch.nn.Module | None = None) -> Reference:
     """Run ``fn(*args)`` on float64 copies of ``args`` (and of ``fn``'s parameters and buffers when it is
-    an ``nn.Module``, a GraphModule included). Call it *before* the eager run: it copies the arguments'
-    current values, and the module's state before a training-mode forward updates it. The global RNG
-    state is left as it was; warnings of the float64 run are suppressed.
+    an ``nn.Module``, a GraphModule included). With ``module``, ``fn(module64, *args64)`` runs instead, on
+    a float64 copy of ``module`` (for a call that is not ``module(*args)``: keyword arguments, a loss).
+    Call it *before* the eager run: it copies the arguments' current values, and the module's state
+    before a training-mode forward updates it. The global RNG state is left as it was; warnings of the
+    float64 run are suppressed.
 
     Never raises: a function that cannot run in float64 gives a Reference with ``why_not`` set.
     """
@@ -139,7 +150,11 @@ def float64_reference(fn: Callable[..., Any], args: Sequence) -> Reference:
         for x, c in zip(args, args64):
             if isinstance(x, torch.Tensor):
                 ref.copies[id(x)] = c
-        run = _module64(fn, ref.copies) if isinstance(fn, torch.nn.Module) else fn
+        if module is not None:
+            m64 = _module64(module, ref.copies)
+            run = lambda *a: fn(m64, *a)  # noqa: E731
+        else:
+            run = _module64(fn, ref.copies) if isinstance(fn, torch.nn.Module) else fn
         with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ref.outputs = tree_leaves(run(*args64))
