@@ -160,6 +160,7 @@ def float64_reference(fn: Callable[..., Any], args: Sequence, module: torch.nn.M
             ref.outputs = tree_leaves(run(*args64))
     except Exception as exc:  # the function cannot run in float64: compare with eager directly
         ref.outputs, ref.why_not = None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
+        FALLBACKS[f"function cannot run in float64 ({ref.why_not})"] += 1
     return ref
 
 
@@ -173,7 +174,7 @@ def _fallback(actual: torch.Tensor, expected: torch.Tensor, what: str, reason: s
 
 
 def assert_values(actual: torch.Tensor, expected: torch.Tensor, ref64, what: str = "output",
-                  grad: bool = False) -> None:
+                  grad: bool = False, why_not: str = "no reference given") -> None:
     """Values of ``actual`` (ours) are as right as ``expected`` (eager's), judged by ``ref64``, the same
     value computed in float64 (or None: no reference); the rule is in the module docstring.
 
@@ -187,7 +188,7 @@ def assert_values(actual: torch.Tensor, expected: torch.Tensor, ref64, what: str
     if e.dtype == torch.float64 or e.is_complex():
         return _fallback(a, e, what, "eager computes in float64 or complex", grad)
     if not isinstance(ref64, torch.Tensor):
-        return _fallback(a, e, what, "no float64 run", grad)
+        return _fallback(a, e, what, why_not, grad)
     if ref64.shape != e.shape or ref64.dtype != torch.float64:
         return _fallback(a, e, what, "float64 run gave another shape or dtype", grad)
     if e.numel() == 0:
@@ -218,7 +219,7 @@ def _observable_strides(t: torch.Tensor) -> tuple:
     return tuple(s for s, n in zip(t.stride(), t.shape) if n != 1)
 
 
-def assert_same_tensor(actual, expected, what: str = "output", ref64=None) -> None:
+def assert_same_tensor(actual, expected, what: str = "output", ref64=None, why_not: str = "no reference given") -> None:
     """Same type, shape, dtype, (observable) strides, and values by :func:`assert_values` against the
     float64 reference ``ref64`` (None: ``assert_close`` against eager, counted as a fallback). A
     non-tensor must be equal."""
@@ -231,7 +232,7 @@ def assert_same_tensor(actual, expected, what: str = "output", ref64=None) -> No
     if expected.numel() > 1:
         assert _observable_strides(actual) == _observable_strides(expected), (
             f"{what}: strides {actual.stride()} != eager's {expected.stride()} (shape {tuple(expected.shape)})")
-    assert_values(actual, expected, ref64, what)
+    assert_values(actual, expected, ref64, what, why_not=why_not)
 
 
 # -- aliasing --------------------------------------------------------------------------------------
@@ -341,7 +342,9 @@ def compare_runs(actual, expected, opt_in: Sequence, ref_in: Sequence, ref: Refe
     ref_out = ref.outputs if ref is not None and ref.outputs is not None and len(ref.outputs) == len(exp_flat) else None
     for i, (a, e) in enumerate(zip(act_flat, exp_flat)):
         if values:
-            assert_same_tensor(a, e, f"output {i}", ref_out[i] if ref_out is not None else None)
+            assert_same_tensor(a, e, f"output {i}", ref_out[i] if ref_out is not None else None,
+                               why_not="no float64 run" if ref is None or ref.outputs is None else
+                               "the float64 run returned another number of outputs")
         elif isinstance(e, torch.Tensor):
             assert isinstance(a, torch.Tensor) and (a.shape, a.dtype) == (e.shape, e.dtype), (
                 f"output {i}: {getattr(a, 'shape', a)} {getattr(a, 'dtype', '')} vs {e.shape} {e.dtype}")
@@ -351,7 +354,8 @@ def compare_runs(actual, expected, opt_in: Sequence, ref_in: Sequence, ref: Refe
     if values:
         for j, (a, e) in enumerate(zip(opt_in, ref_in)):
             if isinstance(e, torch.Tensor):
-                assert_same_tensor(a, e, f"input {j} after the call", ref.of(e) if ref is not None else None)
+                assert_same_tensor(a, e, f"input {j} after the call", ref.of(e) if ref is not None else None,
+                                   why_not="not an argument of the eager function (unused by the graph)")
     assert_same_aliasing(act_flat, exp_flat, opt_in, ref_in, lost=lost_aliases)
     if grad and values:
         assert_same_grads(act_flat, exp_flat, opt_in, ref_in, ref)
