@@ -27,15 +27,29 @@ def _big_rows(seed=0, dtype=torch.float32):
 
 
 def test_reassociated_sum_passes_where_a_fixed_tolerance_fails():
-    """Reordering a long float32 sum of large terms moves it by more than assert_close's 1e-5 absolute
-    tolerance (the CI failure's shape), yet it is as close to the float64 sum as eager's."""
-    x = _big_rows()
-    ref = oracle.float64_reference(_sum_rows, [x])
-    eager, ours = _sum_rows(x), _reassociated_sum_rows(x)
+    """(a + b) + c against a + (b + c), elementwise (IEEE, so the same on every machine): large terms that
+    nearly cancel differ by an ulp of the terms, far more than assert_close's tolerance for the small
+    result (the CI failure's shape), yet ours is as close to the float64 sum as eager's."""
+    n = 1000
+    a = torch.linspace(-3000, 3000, n)
+    b = torch.linspace(-1, 1, n) * 0.37
+    c = -a * 0.999
+
+    def eager_fn(a, b, c):
+        return (a + b) + c
+
+    ref = oracle.float64_reference(eager_fn, [a, b, c])
+    eager, ours = eager_fn(a, b, c), a + (b + c)
     assert not torch.equal(eager, ours)  # the orders really differ
     with pytest.raises(AssertionError):
         torch.testing.assert_close(ours, eager)
     oracle.assert_values(ours, eager, ref.outputs[0])
+
+
+def test_reassociated_row_sums_pass():
+    x = _big_rows()
+    ref = oracle.float64_reference(_sum_rows, [x])
+    oracle.assert_values(_reassociated_sum_rows(x), _sum_rows(x), ref.outputs[0])
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
