@@ -183,3 +183,105 @@ def test_backend_validates_at_construction_and_passes_options():
     report = optimus_eq.last_reports[-1]
     assert report.patterns_fired["split_cat_pass"] > 0
     assert set(report.patterns_fired) <= {"split_cat_pass", *UPSTREAM_SCOPE["split_cat_pass"]}
+
+
+# -- options validated at the call that gives them (issue 11, item 4) ----------------------------------
+
+def _gm():
+    return dynamo_graph(split_cat_then_partial, rand(3, 8), rand(3, 2))
+
+
+def test_backend_rejects_an_unknown_keyword_at_once():
+    """Today's failure was at the first call, inside Dynamo; now the backend() call raises and lists the
+    valid names."""
+    with pytest.raises(TypeError, match="typo_option") as info:
+        optimus_eq.backend(typo_option=1)
+    assert "pre_grad_fusion_options" in str(info.value) and "limits" in str(info.value)
+    with pytest.raises(TypeError, match="typo_option"):
+        optimus_eq.post_grad_pass("eqsat", typo_option=1)
+
+
+@pytest.mark.parametrize("kwargs,exc,match", [
+    ({"pattern_options": {"batch_linear": {"min_fuse_set_size": "two"}}}, TypeError, "min_fuse_set_size must be an int"),
+    ({"pre_grad_fusion_options": {"batch_linear": {"min_fuse_set_size": "two"}}}, TypeError, "min_fuse_set_size"),
+    ({"limits": {"iterations": 3}}, TypeError, r"Limits\(\*\*"),
+    ({"extractor": "bogus"}, ValueError, "'tree', 'ilp'"),
+    ({"cost_model": "gpu"}, TypeError, "GPUCostModel"),
+    ({"pre_grad_fusion_options": {"batch_linear": {"min_fuse_set_size": -1}}}, ValueError, ">= 1, got -1"),
+    ({"pre_grad_fusion_options": {"batch_linear": {"min_fuse_set_size": 9, "max_fuse_set_size": 3}}}, ValueError,
+     "above max_fuse_set_size"),
+    ({"pattern_options": {"batch_layernorm": {"max_fuse_search_depth": 0}}}, ValueError, "max_fuse_search_depth"),
+    ({"ilp_seconds": -1}, ValueError, "ilp_seconds must be > 0"),
+    ({"ilp_max_nodes": 1.5}, TypeError, "ilp_max_nodes"),
+    ({"pre_grad_fusion_options": {"split_cat_pass": {"bogus": 1}}}, ValueError, r"unknown option\(s\) \['bogus'\].*counter"),
+    ({"pattern_options": {"merge_splits_pass": {"threshold_to_cat": -2}}}, ValueError, "threshold_to_cat"),
+    ({"strategy_options": ["alpha"]}, TypeError, "strategy_options must be a dict"),
+    ({"patterns": 3}, TypeError, "patterns must be"),
+])
+@pytest.mark.parametrize("where", ["optimize", "backend"])
+def test_bad_option_raises_at_the_call(kwargs, exc, match, where):
+    """Each misuse raises at optimize() or backend(), never a fallback warning at the first compile; the
+    message names the option and what is valid."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a fallback warning would fail here
+        with pytest.raises(exc, match=match):
+            if where == "optimize":
+                optimus_eq.optimize(*_gm(), strategy="greedy", **kwargs)
+            else:
+                optimus_eq.backend("greedy", **kwargs)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"iterations": 0}, "iterations must be an int >= 1"),
+    ({"nodes": 0}, "nodes must be an int >= 1"),
+    ({"seconds": -1}, "seconds must be >= 0"),
+    ({"seconds": float("nan")}, "seconds"),
+    ({"iterations": 2.5}, "iterations must be an int"),
+    ({"seconds": "10"}, "seconds must be a number"),
+])
+def test_limits_out_of_range_raise(kwargs, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        optimus_eq.Limits(**kwargs)
+
+
+def test_limits_edges_stay_valid():
+    """``seconds=0`` (stop at the first check: test_failsafe's time-limit case) and no time limit."""
+    assert optimus_eq.Limits(seconds=0.0).seconds == 0.0
+    assert optimus_eq.Limits(iterations=1, nodes=1, seconds=float("inf")).iterations == 1
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
+def test_a_single_pattern_name_is_one_pattern(strategy):
+    """``patterns="split_cat_pass"`` means ["split_cat_pass"] (it used to be read letter by letter)."""
+    one = check(split_cat_then_partial, [rand(3, 8, seed=0), rand(3, 2, seed=1)], strategy, patterns="split_cat_pass")
+    assert set(one.report.patterns_fired) == {"split_cat_pass"}
+    be = optimus_eq.backend(strategy, compile=False, patterns="split_cat_pass")
+    torch._dynamo.reset()
+    optimus_eq.last_reports.clear()
+    torch.compile(split_cat_then_partial, backend=be, fullgraph=True)(rand(3, 8), rand(3, 2))
+    assert set(optimus_eq.last_reports[-1].patterns_fired) == {"split_cat_pass"}
+    with pytest.raises(ValueError, match="split_cat_passs"):
+        optimus_eq.optimize(*_gm(), patterns="split_cat_passs")
+
+
+def test_optimize_of_a_non_graph_module_raises_type_error():
+    with pytest.raises(TypeError, match="GraphModule"):
+        optimus_eq.optimize(split_cat_then_partial, [rand(3, 8), rand(3, 2)])
+    with pytest.raises(TypeError, match="GraphModule"):
+        optimus_eq.optimize(torch.nn.Linear(2, 2))
+    gm, ex = _gm()
+    with pytest.raises(TypeError, match="example_inputs"):
+        optimus_eq.optimize(gm, ex[0])
+
+
+def test_valid_options_of_the_built_in_are_accepted():
+    """Option names the built-in reads for its passes (counter, threshold_to_cat, graph_search_options)
+    pass validation and still optimize."""
+    gm, ex = _gm()
+    _, r = optimus_eq.optimize(gm, ex, "greedy", pre_grad_fusion_options={
+        "split_cat_pass": {"counter": 2}, "split_cat_to_slices_pass": {"threshold_to_cat": 5},
+        "batch_linear": {"min_fuse_set_size": 2, "max_fuse_set_size": 8, "max_fuse_search_depth": 3,
+                         "require_fbgemm": False}})
+    assert r.fallback is None and r.patterns_fired["split_cat_pass"] > 0

@@ -42,26 +42,22 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
 
     If Inductor fails on the optimized graph, the original graph is compiled instead (one warning).
 
-    Raises:
+    Raises (at this call, not at the first compile inside Dynamo):
         ValueError: for an unknown strategy or hook, or ``post_grad=True`` with ``compile=False``.
-        ValueError, NotImplementedError: for a bad pattern name or Optimus option dictionary, at once
-            (not at the first compile).
+        TypeError: for a keyword that is not an option of :func:`optimus_eq.optimize` (the message lists
+            them), or an option of the wrong type.
+        ValueError, NotImplementedError: for a bad pattern name, Optimus option dictionary or option value,
+            as :func:`optimus_eq.optimize` (:mod:`optimus_eq.validate`).
     """
-    from optimus_eq.api import STRATEGIES, optimize
+    from optimus_eq.api import STRATEGIES, check_options, optimize
 
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; valid: {STRATEGIES}")
     if post_grad and not compile:
         raise ValueError("post_grad=True needs compile=True (the post-grad pass runs inside Inductor)")
+    options = _check_backend_arguments(post_grad_hook, inductor_config, post_grad_options, mode, options)
     base_patches = dict(inductor_config or {})
     notes = _own_optimus_passes(strategy, pre_grad, post_grad, base_patches, options)
-    try:
-        _check_options(options)
-    except (ValueError, NotImplementedError) as exc:
-        if any("read as" in n for n in notes):
-            raise type(exc)(f"{exc} (from Inductor's *_grad_fusion_options, which this backend reads as its "
-                            "pattern selection; pass patterns= or pre_grad_fusion_options= to choose)") from exc
-        raise
     by_level = _pattern_options_by_level(options)
     if post_grad:
         from optimus_bridge.post_grad import PostGradPass, install
@@ -76,6 +72,14 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
     default_mode, optimize_options = mode, dict(options)
     if "pattern_options" in options:
         optimize_options["pattern_options"] = by_level["pre_grad"]
+    # every option of the pre-grad optimize checked now (names, types, ranges), not at the first compile
+    try:
+        check_options(strategy, "backend()", **optimize_options)
+    except (ValueError, NotImplementedError) as exc:
+        if any("read as" in n for n in notes):
+            raise type(exc)(f"{exc} (from Inductor's *_grad_fusion_options, which this backend reads as its "
+                            "pattern selection; pass patterns= or pre_grad_fusion_options= to choose)") from exc
+        raise
     _inductor_patches(mode, base_patches)  # an unknown mode fails here, not inside Dynamo
 
     def optimus_eq_backend(gm, example_inputs, mode: str | None = None, options: dict | None = None):
@@ -214,14 +218,33 @@ def _inductor_patches(mode: str | None, config: dict | None) -> dict:
     return patches
 
 
-def _check_options(options: dict) -> None:
-    """Validate pattern names and Optimus option dictionaries when the backend is built."""
-    from optimus_eq.api import DEFAULT_REGISTRY
-    from optimus_eq.options import select_patterns
+def _check_backend_arguments(post_grad_hook, inductor_config, post_grad_options, mode, options: dict) -> dict:
+    """Check :func:`backend`'s own arguments and the names of ``options`` when the backend is built;
+    returns ``options`` with ``patterns`` as a list (a single name is accepted).
 
-    select_patterns(options.get("registry", DEFAULT_REGISTRY), options.get("patterns"), "pre_grad",
-                    pre_grad_fusion_options=options.get("pre_grad_fusion_options"),
-                    post_grad_fusion_options=options.get("post_grad_fusion_options"))
+    Raises:
+        TypeError: an ``options`` name that is not an option of ``optimize`` (the message lists them), or an
+            argument of the wrong type.
+        ValueError: an unknown ``post_grad_hook``.
+    """
+    from collections.abc import Mapping
+
+    from optimus_eq import validate
+
+    validate.check_names(options, validate.OPTIMIZE_OPTIONS, "backend()")
+    if post_grad_hook not in ("pre", "post"):
+        raise ValueError(f"unknown post_grad_hook {post_grad_hook!r}; valid: ('pre', 'post')")
+    for name, value in (("inductor_config", inductor_config), ("post_grad_options", post_grad_options)):
+        if value is not None and not isinstance(value, Mapping):
+            raise TypeError(f"{name} must be a dict, got {type(value).__name__}")
+    if mode is not None and not isinstance(mode, str):
+        raise TypeError(f"mode must be an Inductor mode name (str), got {type(mode).__name__}")
+    if options.get("pattern_options") is not None and not isinstance(options["pattern_options"], Mapping):
+        raise TypeError(f"pattern_options must be a dict, got {type(options['pattern_options']).__name__}")
+    options = dict(options)
+    if "patterns" in options:
+        options["patterns"] = validate.pattern_names(options["patterns"])
+    return options
 
 
 def _pattern_options_by_level(options: dict) -> dict[str, dict]:

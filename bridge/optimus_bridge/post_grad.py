@@ -77,21 +77,14 @@ class PostGradPass(CustomGraphPass):
     LEVEL = "post_grad"
 
     def __init__(self, strategy: str = "eqsat", **options: Any) -> None:
-        from optimus_eq.api import STRATEGIES
-        from optimus_eq.patterns import DEFAULT_REGISTRY
+        from optimus_eq.api import STRATEGIES, check_options
 
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {strategy!r}; valid: {STRATEGIES}")
         if "level" in options:
             raise TypeError(f"{type(self).__name__} always optimizes at level {self.LEVEL!r}")
-        from optimus_eq.api import _check_pattern_options
-        from optimus_eq.options import select_patterns
-
-        # names and option dictionaries checked now, not with a ValueError inside Inductor's compile
-        chosen = select_patterns(options.get("registry", DEFAULT_REGISTRY), options.get("patterns"), self.LEVEL,
-                                 pre_grad_fusion_options=options.get("pre_grad_fusion_options"),
-                                 post_grad_fusion_options=options.get("post_grad_fusion_options"))
-        _check_pattern_options(chosen, dict(options.get("pattern_options") or {}))
+        # names, types, ranges and option dictionaries checked now, not inside Inductor's compile
+        check_options(strategy, f"{type(self).__name__}()", level=self.LEVEL, **options)
         self.strategy, self.options = strategy, options
 
     def __call__(self, graph: Graph) -> None:

@@ -10,6 +10,7 @@ from typing import Iterable, Sequence
 import torch
 from torch.fx import GraphModule
 
+from optimus_eq import validate
 from optimus_eq.cost import GPUCostModel
 from optimus_eq.egraph import EGraph, Limits, is_rust_panic
 from optimus_eq.extract import EGraphView, NoAcyclicTerm, extract, input_cost, no_gc
@@ -158,25 +159,29 @@ def optimize(
         itself for ``"none"`` or after a fallback) and a :class:`Report`.
 
     Raises:
-        ValueError: for an unknown strategy, level, pattern or option name (the message lists the valid
-            ones).
+        ValueError: for an unknown strategy, level, pattern, extractor or option name, or an option value
+            out of range (the message lists the valid ones; :mod:`optimus_eq.validate`).
+        TypeError: for a ``gm`` that is not a GraphModule, or an option of the wrong type (``limits`` as a
+            dict, ``min_fuse_set_size="two"``, a ``cost_model`` that is not one).
         NotImplementedError: for a built-in Optimus pass name that optimus_eq does not implement yet.
+
+    ``patterns`` may also be a single name (``patterns="split_cat_pass"``).
 
     Any failure inside translation, search, extraction or lowering returns the original graph with
     one warning naming the cause (``report.fallback``); the user's model is never made wrong.
     """
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {strategy!r}; valid: {STRATEGIES}")
+    if not isinstance(gm, GraphModule):
+        raise TypeError(f"optimize() takes a torch.fx.GraphModule (e.g. torch.fx.symbolic_trace(model), or the gm "
+                        f"dynamo hands a backend), got {type(gm).__name__}"
+                        + ("; for an ExportedProgram call optimus_eq.optimize_exported"
+                           if type(gm).__name__ == "ExportedProgram" else ""))
+    if example_inputs is not None and not isinstance(example_inputs, (list, tuple)):
+        raise TypeError(f"example_inputs must be a list or tuple (one per placeholder), got {type(example_inputs).__name__}")
     if level is None:
         level = ir_level(gm)
-    if level not in LEVELS:
-        raise ValueError(f"unknown level {level!r}; valid: {LEVELS}")
-    chosen = select_patterns(registry, patterns, level, pre_grad_fusion_options=pre_grad_fusion_options,
-                             post_grad_fusion_options=post_grad_fusion_options)
-    pattern_options = dict(pattern_options or {})
-    _check_pattern_options(chosen, pattern_options)
-    if strategy != "none":
-        _check_strategy_options(strategy, strategy_options or {})
+    chosen, pattern_options = _prepare(strategy, patterns, limits, extractor, cost_model, ilp_seconds, ilp_max_nodes,
+                                       registry, strategy_options, level, pre_grad_fusion_options,
+                                       post_grad_fusion_options, pattern_options)
     report = Report(strategy=strategy, level=level)
     report.ops_before = count_ops(gm)
     report.nodes_before = len(gm.graph.nodes)
@@ -206,6 +211,48 @@ def optimize(
     return result, report
 
 
+def _prepare(strategy, patterns, limits, extractor, cost_model, ilp_seconds, ilp_max_nodes, registry, strategy_options,
+             level, pre_grad_fusion_options, post_grad_fusion_options, pattern_options):
+    """Every check :func:`optimize` makes of its options before it touches the graph; returns the chosen
+    patterns and the pattern options as a dict. Raises as :func:`optimize` documents. ``level`` None (read off
+    the graph, which a caller checking options ahead of the graph does not have yet) is checked as
+    ``"pre_grad"``, the level of the graphs Dynamo hands a backend."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; valid: {STRATEGIES}")
+    level = "pre_grad" if level is None else level
+    if level not in LEVELS:
+        raise ValueError(f"unknown level {level!r}; valid: {LEVELS}")
+    patterns = validate.pattern_names(patterns)
+    validate.check_search_options(limits=limits, extractor=extractor, cost_model=cost_model, ilp_seconds=ilp_seconds,
+                                  ilp_max_nodes=ilp_max_nodes, registry=registry, strategy_options=strategy_options,
+                                  pattern_options=pattern_options)
+    chosen = select_patterns(registry, patterns, level, pre_grad_fusion_options=pre_grad_fusion_options,
+                             post_grad_fusion_options=post_grad_fusion_options)
+    pattern_options = dict(pattern_options or {})
+    _check_pattern_options(chosen, pattern_options)
+    if strategy != "none":
+        _check_strategy_options(strategy, strategy_options or {})
+    return chosen, pattern_options
+
+
+def check_options(strategy: str = "eqsat", where: str = "optimize()", **options) -> None:
+    """Validate ``options`` as :func:`optimize` would (names, types, ranges, pattern and pass names), for
+    callers that take optimize's options now and call it later (``backend``, ``post_grad_pass``), so that a
+    bad option fails at their call, not at the first compile inside Dynamo.
+
+    Raises:
+        TypeError: for a name that is not an option of :func:`optimize` (the message lists them; ``where``
+            names the call), or a value of the wrong type.
+        ValueError, NotImplementedError: as :func:`optimize`.
+    """
+    import inspect
+
+    validate.check_names(options, validate.OPTIMIZE_OPTIONS, where)
+    params = inspect.signature(optimize).parameters
+    args = {name: options.get(name, params[name].default) for name in validate.OPTIMIZE_OPTIONS}
+    _prepare(strategy, **args)
+
+
 def _check_strategy_options(strategy: str, options: dict) -> None:
     """Raise ValueError for ``strategy_options`` the strategy's search does not take."""
     import inspect
@@ -218,8 +265,9 @@ def _check_strategy_options(strategy: str, options: dict) -> None:
 
 
 def _check_pattern_options(chosen, options: dict) -> None:
-    """Raise ValueError for options of patterns not chosen, or option names a pattern does not take
-    (``pattern_options`` here, and options stored on the patterns by ``pre_grad_fusion_options``)."""
+    """Raise ValueError for options of patterns not chosen, option names a pattern does not take, or values
+    out of range; TypeError for values of the wrong type (``pattern_options`` here, and options stored on
+    the patterns by ``pre_grad_fusion_options``; :mod:`optimus_eq.validate`)."""
     from optimus_eq.horizontal.driver import pattern_options
 
     by_name = {p.name: p for p in chosen}
@@ -228,7 +276,9 @@ def _check_pattern_options(chosen, options: dict) -> None:
         raise ValueError(f"options for pattern(s) not chosen {unknown}; chosen: {sorted(by_name)}")
     for p in chosen:
         if p.kind == "horizontal":
-            pattern_options(p, options)
+            validate.check_horizontal_values(p.name, pattern_options(p, options))
+        else:
+            validate.check_vertical_options(p.name, p.options, options.get(p.name, {}))
 
 
 def _counters():

@@ -44,6 +44,15 @@ class Limits:
     nodes: int = 2_000_000
     seconds: float = 30.0
 
+    def __post_init__(self) -> None:
+        """Raises TypeError for a field of the wrong type, ValueError for ``iterations`` or ``nodes`` below 1
+        or ``seconds`` below 0 (``seconds=0``: stop after the first check; ``float("inf")``: no time limit)."""
+        from optimus_eq.validate import check_int, check_seconds
+
+        check_int("Limits.iterations", self.iterations, 1)
+        check_int("Limits.nodes", self.nodes, 1)
+        check_seconds("Limits.seconds", self.seconds, positive=False)
+
 
 @dataclass
 class SearchResult:

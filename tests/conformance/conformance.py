@@ -37,7 +37,7 @@ from torch.fx import Graph, GraphModule
 from torch.utils._pytree import tree_leaves
 
 import optimus_eq
-from conftest import alias_pairs, assert_same_tensor
+import oracle
 
 #: The op kinds the conformance suite counts (issue 3, item 5).
 KINDS = ("split", "unbind", "cat", "stack", "linear", "layer_norm", "pointwise")
@@ -197,43 +197,13 @@ def _fresh(t, grad: bool):
     return t
 
 
-def compare(expected: list, actual: list, ref_in: list, opt_in: list, grad: bool, values: bool) -> None:
+def compare(expected: list, actual: list, ref_in: list, opt_in: list, grad: bool, values: bool,
+            ref64: "oracle.Reference | None" = None) -> None:
     """Assert ``actual`` matches ``expected`` (outputs, inputs after the call, aliasing, gradients of the
-    floating inputs in ``ref_in``/``opt_in`` through a random weighted sum of the outputs)."""
-    exp_flat, act_flat = tree_leaves(expected), tree_leaves(actual)
-    assert len(act_flat) == len(exp_flat), f"{len(act_flat)} outputs, eager has {len(exp_flat)}"
-    for i, (a, e) in enumerate(zip(act_flat, exp_flat)):
-        if values:
-            assert_same_tensor(a, e, f"output {i}")
-        else:
-            assert (a.shape, a.dtype) == (e.shape, e.dtype), f"output {i}: {a.shape} {a.dtype} vs {e.shape} {e.dtype}"
-    if values:
-        for j, (a, e) in enumerate(zip(opt_in, ref_in)):
-            if isinstance(e, torch.Tensor) and not e.requires_grad:
-                assert_same_tensor(a, e, f"input {j} after the call")
-    extra = alias_pairs(act_flat, opt_in) - alias_pairs(exp_flat, ref_in)
-    assert not extra, f"outputs alias where eager's do not: {sorted(extra)}"
-    if not (grad and values):
-        return
-    leaves = [i for i, x in enumerate(ref_in) if isinstance(x, torch.Tensor) and x.requires_grad]
-    diff = [i for i, e in enumerate(exp_flat) if isinstance(e, torch.Tensor) and e.requires_grad]
-    if not leaves or not diff:
-        return
-    g = torch.Generator().manual_seed(1234)
-    weights = [torch.randn(exp_flat[i].shape, generator=g) for i in diff]
-    for i in diff:
-        assert act_flat[i].requires_grad, f"output {i} lost requires_grad"
-    loss_e = sum((exp_flat[i].float() * w).sum() for i, w in zip(diff, weights))
-    loss_a = sum((act_flat[i].float() * w).sum() for i, w in zip(diff, weights))
-    ge = torch.autograd.grad(loss_e, [ref_in[i] for i in leaves], allow_unused=True)
-    ga = torch.autograd.grad(loss_a, [opt_in[i] for i in leaves], allow_unused=True)
-    for i, a, e in zip(leaves, ga, ge):
-        if e is None:
-            assert a is None or not a.any(), f"grad of input {i}: eager has none"
-            continue
-        assert a is not None, f"grad of input {i} is missing"
-        tol = {"rtol": 4e-2, "atol": 1e-2} if e.dtype in (torch.bfloat16, torch.float16) else {}
-        torch.testing.assert_close(a, e, **tol, equal_nan=True, msg=lambda m: f"grad of input {i}: {m}")
+    floating inputs in ``ref_in``/``opt_in`` through a random weighted sum of the outputs), by the shared
+    oracle (tests/oracle.py :func:`oracle.compare_runs`): values and gradients judged against ``ref64``,
+    the eager function run in float64 (None: against eager with ``assert_close``'s tolerances)."""
+    oracle.compare_runs(actual, expected, opt_in, ref_in, ref64, grad=grad, values=values)
 
 
 def _status(exc: BaseException, crashed: bool) -> str:
@@ -247,6 +217,8 @@ def _status(exc: BaseException, crashed: bool) -> str:
         return "strides differ"  # same values, but e.g. a downstream .view(-1) may fail
     if msg.startswith("outputs alias"):
         return "aliases an input"  # same values, but mutating the result writes into the input
+    if msg.startswith("eager's outputs are views"):
+        return "aliasing lost"  # same values, but a write into the result no longer reaches the input
     return f"wrong: {msg[:200]}"
 
 
@@ -298,11 +270,12 @@ def _args(cap: Captured, grad: bool) -> list:
 def run_graph_pair(cap: Captured, test_gm: GraphModule, case: Case, seed: int = 0) -> None:
     """Run the captured graph and ``test_gm`` on fresh copies of the placeholders and compare."""
     ref_in, opt_in = _args(cap, case.grad), _args(cap, case.grad)
+    ref64 = oracle.float64_reference(cap.gm, ref_in) if case.values else None
     torch.manual_seed(seed)
     expected = cap.gm(*ref_in)
     torch.manual_seed(seed)
     actual = test_gm(*opt_in)
-    compare(expected, actual, ref_in, opt_in, case.grad, case.values)
+    compare(expected, actual, ref_in, opt_in, case.grad, case.values, ref64)
 
 
 def builtin_pre(cap: Captured, case: Case) -> Outcome:
@@ -444,12 +417,13 @@ def run_pipeline(case: Case, pre_pass, post_pass, strict: bool) -> Outcome:
     fired_inductor = Counter({k: v - before_inductor.get(k, 0) for k, v in counters["inductor"].items()
                               if v - before_inductor.get(k, 0) > 0})
     out.fired = _fired_since(before_ours) if strict else fired_inductor
+    ref64 = oracle.float64_reference(ref_mod, ref_in) if case.values else None
     torch.manual_seed(0)
     expected = ref_mod(*ref_in)
     params_e = [p for _, p in ref_mod.named_parameters()] if isinstance(ref_mod, torch.nn.Module) else []
     params_a = [p for _, p in module.named_parameters()] if isinstance(module, torch.nn.Module) else []
     try:
-        compare(expected, actual, ref_in + params_e, opt_in + params_a, case.grad, case.values)
+        compare(expected, actual, ref_in + params_e, opt_in + params_a, case.grad, case.values, ref64)
     except AssertionError as exc:
         if strict:
             raise
