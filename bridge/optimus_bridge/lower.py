@@ -679,12 +679,6 @@ def fill_meta(gm: GraphModule, original: GraphModule) -> None:
             n.meta["example_value"] = n.meta["val"]
 
 
-def _autocast_on(fakes) -> bool:
-    """Whether autocast is enabled for the device of any of these tensors."""
-    devices = {f.device.type for f in fakes if isinstance(f, torch.Tensor)}
-    return any(torch.is_autocast_enabled(d) for d in devices)
-
-
 def _propagate_meta(graph: Graph, root: torch.nn.Module, original: GraphModule, fast, only=None) -> None:
     """Fill ``val`` / ``example_value`` like :func:`fill_meta`, without building a GraphModule, and fast.
 
@@ -702,9 +696,6 @@ def _propagate_meta(graph: Graph, root: torch.nn.Module, original: GraphModule, 
 
     fakes, mode = _input_fakes(original)
     static = all(isinstance(f, FakeTensor) and _static(f) for f in fakes if isinstance(f, torch.Tensor))
-    # under autocast (a region optimized on its own, optimus_bridge.regions) dtypes come from the autocast
-    # policy of the tensors' device, which plain meta tensors do not see: FakeTensorProp for every node
-    static = static and not _autocast_on(fakes)
     prop = FakeTensorProp(_Attrs(root), mode)  # only its run_node is used: env in, attributes from root
     env = prop.env
     twins: dict[Node, torch.Tensor] = {}

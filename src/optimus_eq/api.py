@@ -365,25 +365,6 @@ class _Plans:
         return view, ex
 
 
-def _optimize_regions(gm: GraphModule, run_one) -> GraphModule:
-    """``gm`` with the inside of each global-state region (``torch.autocast``, ``torch.no_grad``) optimized
-    on its own, under that region's state (:mod:`optimus_bridge.regions`), or ``gm`` itself when it has no
-    region. Works on a copy: the caller's graph stays as it was. ``run_one`` is :func:`_run` for one region;
-    its firings add to the caller's report (one report for the whole call)."""
-    from optimus_bridge.regions import optimize_regions
-    from optimus_bridge.vocab import changes_global_state
-
-    if sum(1 for n in gm.graph.nodes if changes_global_state(n)) < 2:
-        return gm
-    graph = torch.fx.Graph()
-    graph._codegen = gm.graph._codegen
-    graph.output(graph.graph_copy(gm.graph, {}))
-    copy = GraphModule(gm, graph)
-    copy.meta.update(gm.meta)
-    optimize_regions(copy, run_one)
-    return copy
-
-
 def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, ilp_seconds, ilp_max_nodes,
          registry, report, phases, strategy_options, level="pre_grad", pattern_options=None) -> GraphModule:
     from optimus_bridge.lower import lower
@@ -399,10 +380,6 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
 
     t0 = time.perf_counter()
     _ensure_meta(gm, example_inputs, level)
-    if level == "pre_grad":
-        gm = _optimize_regions(gm, lambda region: _run(
-            region, None, strategy, patterns, limits, extractor, cost_model, ilp_seconds, ilp_max_nodes,
-            registry, report, [], strategy_options, level, pattern_options))
     tr = translate(gm)
     with EGraph(patterns, subsume=search_mod.SUBSUME) as egraph:
         egraph.insert(tr.rows)
