@@ -43,7 +43,9 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 import optimus_eq
-from conftest import _gm_args, _may_overlap, _observable_strides, alias_pairs, assert_same_tensor
+from conftest import _gm_args, assert_same_tensor
+from oracle import _observable_strides, alias_pairs
+from optimus_bridge.lower import _may_overlap
 from test_fuzz_horizontal import HGen, SMALL
 
 #: post-grad horizontal patterns with groups from 2 members (the fuzzer's ``pattern_options`` at post-grad)
