@@ -7,7 +7,8 @@ Usage::
                           [--out bench/results/scale_cpu.json] [--timeout 1800] [--repeats 3] [--cold]
 
 Named graphs (``--graphs``), the shapes of issue 9's table, optimized like the sizes: ``tangle`` (the split/cat
-tangle of ``synthetic.build_tangle_fx_graph``, 64 fields x 6 rounds, about 1.8k FX nodes), ``dhen`` (the DHEN-style
+tangle of ``synthetic.build_tangle_fx_graph``, 64 fields x 6 rounds, about 1.8k FX nodes; ``tangle20k``: 512
+fields x 8 rounds, 18.5k FX nodes), ``dhen`` (the DHEN-style
 model, 32 fields x 3 layers, dynamo graph) and ``launch`` (the launch-bound model, 128 parallel branches x 2
 layers, dynamo graph); ``--sizes`` may then be left empty (``--sizes``).
 
@@ -59,7 +60,7 @@ for p in (HERE, ROOT / "src", ROOT / "bridge"):  # run from a checkout without p
 
 MARK = "@@SCALE_RESULT@@"
 PHASES = ("translate", "search", "horizontal", "extract", "lower", "total")
-GRAPHS = ("tangle", "dhen", "launch")
+GRAPHS = ("tangle", "tangle20k", "dhen", "launch")
 PATTERN_SETS = ("default", "split_cat")
 
 
@@ -84,11 +85,12 @@ def named_graph(name: str):
     """``(gm, example_inputs, meta)`` of a named graph (see the module docstring)."""
     import torch
 
-    if name == "tangle":
+    if name in ("tangle", "tangle20k"):
         from synthetic import make_tangle_graph
 
-        gm, inputs = make_tangle_graph(64, 6)
-        return gm, inputs, dict(num_fields=64, layers=6, nodes=len(gm.graph.nodes))
+        fields, rounds = (64, 6) if name == "tangle" else (512, 8)
+        gm, inputs = make_tangle_graph(fields, rounds)
+        return gm, inputs, dict(num_fields=fields, layers=rounds, nodes=len(gm.graph.nodes))
     if name not in ("dhen", "launch"):
         raise ValueError(f"unknown graph {name!r}; valid: {GRAPHS}")
     from optimus_bench.models import dhen, launch_bound
