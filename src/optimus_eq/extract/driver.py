@@ -128,9 +128,34 @@ def _extract(view, roots, forced_nodes, model, method, seconds, ilp_max_nodes, m
     return Extraction(chosen, cost, method_used, time.perf_counter() - start, rounds, "; ".join(notes), stats)
 
 
+def _signature(p, prep, ilp, g: list[int]) -> tuple:
+    """The ILP of component ``g`` up to renaming its classes and e-nodes: two components with one signature
+    pose the same problem, so one solution serves both (DHEN's layers, a model's repeated blocks).
+
+    Classes are put in a canonical order (labels refined from their e-nodes' costs and their children's
+    labels, three rounds, ties by id); e-nodes keep their order in the class; children outside the
+    component are needed by every plan (-1). Equal signatures are equal problems under the renaming
+    whatever the order; a less than canonical order only misses copies. Returns ``(signature, order)``."""
+    cost, kids, fixed, mandatory, cyclic = p.cost, p.kids, ilp.fixed, ilp.mandatory, ilp.cyclic
+    inside = set(g)
+    local = {c: (fixed[c], mandatory[c], cyclic[c], tuple(cost[i] for i in prep.vnodes(c))) for c in g}
+    label = {c: hash(local[c]) for c in g}
+    for _ in range(3):
+        label = {c: hash((local[c], tuple(tuple(label[k] if k in inside else 0 for k in kids[i])
+                                          for i in prep.vnodes(c)))) for c in g}
+    order = sorted(g, key=lambda c: (label[c], c))
+    pos = {c: k for k, c in enumerate(order)}
+    sccs: dict = {}
+    sig = tuple((local[c][:2], sccs.setdefault(ilp.scc[c], len(sccs)) if cyclic[c] else -1,
+                 tuple((cost[i], tuple(pos.get(k, -1) for k in kids[i])) for i in prep.vnodes(c)))
+                for c in order)
+    return sig, order
+
+
 def _exact(p, prep, method, ilp_max_nodes, max_rounds, end, fast, used, pick, stats, notes, method_used):
     """Solve the components of the choice core exactly, warm-started from ``fast``; write the cheaper plan of
-    each batch into ``pick``. Returns ``(method, ILP rounds)``."""
+    each component into ``pick``. Components that pose the same ILP are solved once. Returns ``(method, ILP
+    rounds)``."""
     ilp = _ILP(p, prep)
     fixed = ilp.fixed
     limit = None if method == "ilp" else ilp_max_nodes
@@ -138,48 +163,60 @@ def _exact(p, prep, method, ilp_max_nodes, max_rounds, end, fast, used, pick, st
     sizes = [n for n, _ in groups]
     stats.update(components=len(groups), largest_component=max(sizes, default=0))
     over = [n for n in sizes if limit is not None and n > limit]
-    batches: list[tuple[int, int, list[int]]] = []  # (e-nodes, components, classes)
+    copies: dict[tuple, list[list[int]]] = {}  # signature -> components in canonical order (first: solved)
+    firsts: list[tuple[int, list[int]]] = []
     for n, g in groups:
-        if limit is not None and n > limit:
-            continue
+        if limit is None or n <= limit:
+            sig, order = _signature(p, prep, ilp, g)
+            same = copies.setdefault(sig, [])
+            same.append(order)
+            if len(same) == 1:
+                firsts.append((n, order))
+    batches: list[tuple[int, list[list[int]]]] = []  # (e-nodes, distinct components)
+    for n, g in firsts:
         if batches and batches[-1][0] + n <= BATCH:
-            b = batches[-1]
-            batches[-1] = (b[0] + n, b[1] + 1, b[2] + g)
+            batches[-1] = (batches[-1][0] + n, batches[-1][1] + [g])
         else:
-            batches.append((n, 1, list(g)))
+            batches.append((n, [g]))
+    by_first = {id(gs[0]): gs for gs in copies.values()}
     solved = optimal = improved = failed = skipped = 0
     gaps: list[float] = []
     why: list[str] = []
     rounds = 0
     exact_s = 0.0
-    for n, k, batch in batches:
+    vnodes = prep.vnodes
+    for n, comps in batches:
+        members = sum((by_first[id(g)] for g in comps), [])
         t0 = time.perf_counter()
         left = end - t0
         if left <= 0:
-            skipped += k
+            skipped += len(members)
             continue
         budget = left if limit is None else min(left, EXACT_BASE_S + EXACT_PER_NODE_S * n)
-        got, rnd, reason = ilp.solve(batch, budget, max_rounds, fast, used)
+        got, rnd, reason = ilp.solve([c for g in comps for c in g], budget, max_rounds, fast, used)
         exact_s += time.perf_counter() - t0
         rounds = max(rounds, rnd)
         if got is None:
             failed += 1
             why.append(reason)
             continue
-        solved += k
-        optimal += k if got.optimal else 0
+        solved += len(members)
+        optimal += len(members) if got.optimal else 0
         if not got.optimal:
             gaps.append(got.gap)
-        before = sum(p.cost[fast[c]] for c in batch if not fixed[c] and c in used)
-        if got.cost <= before + 1e-9:
-            if got.cost < before - 1e-9:
-                improved += k
-            for c in batch:
-                if not fixed[c] and c in got.pick:
-                    pick[c] = got.pick[c]
+        for g in comps:  # the solution as (position of the class, position of the e-node in its class)
+            rel = [(k, vnodes(c).index(got.pick[c])) for k, c in enumerate(g) if not fixed[c] and c in got.pick]
+            for h in by_first[id(g)]:  # the component and its copies: keep the cheaper plan of each
+                mine = {h[k]: vnodes(h[k])[j] for k, j in rel}
+                before = sum(p.cost[fast[c]] for c in h if not fixed[c] and c in used)
+                after = sum(p.cost[i] for i in mine.values())
+                if after <= before + 1e-9:
+                    improved += after < before - 1e-9
+                    for c, i in mine.items():
+                        pick[c] = i
     stats.update(exact_components=solved, exact_optimal=optimal, exact_improved=improved,
-                 exact_max_gap=max(gaps, default=0.0), exact_s=exact_s, over_limit=over,
-                 deadline_skipped=skipped, exact_failed=why)
+                 exact_distinct=sum(len(c) for _, c in batches), exact_max_gap=max(gaps, default=0.0),
+                 exact_s=exact_s, over_limit=over, deadline_skipped=skipped, exact_failed=why)
     if over:
         notes.append(f"{len(over)} ilp components over {limit} e-nodes (largest {max(over)}) left to the fast plan")
     if failed:
@@ -189,8 +226,8 @@ def _exact(p, prep, method, ilp_max_nodes, max_rounds, end, fast, used, pick, st
     if gaps:
         notes.append(f"{len(gaps)} ilp batches stopped at their time budget (gap up to {100 * max(gaps):.2g}%)")
     if solved:
-        notes.append(f"exact: {solved}/{len(groups)} components, {optimal} proven optimal, {improved} improved "
-                     f"on the fast plan")
+        notes.append(f"exact: {solved}/{len(groups)} components ({stats['exact_distinct']} distinct), {optimal} "
+                     f"proven optimal, {improved} improved on the fast plan")
         if solved == len(groups) and optimal == solved:
             return "ilp", rounds
         return method_used + "+ilp", rounds
