@@ -302,8 +302,8 @@ def _extraction_limits(stats: dict, ilp_max_nodes: int, ilp_seconds: float) -> l
                    f"(Limits.seconds, or ilp_seconds = {ilp_seconds:g} s) had passed")
     gap = stats.get("exact_max_gap", 0.0)
     if stats.get("exact_components", 0) > stats.get("exact_optimal", 0):
-        out.append(f"extract: exact solves stopped at their time budget with the best plan found "
-                   f"(gap up to {100 * gap:.2g}%)")
+        bound = f"gap up to {100 * gap:.2g}%" if gap < float("inf") else "no lower bound yet"
+        out.append(f"extract: exact solves stopped at their time budget with the best plan found ({bound})")
     if stats.get("exact_failed"):
         out.append(f"extract: {len(stats['exact_failed'])} exact solves gave no plan "
                    f"({stats['exact_failed'][0]}); the fast plan kept there")

@@ -224,7 +224,9 @@ def _exact(p, prep, method, ilp_max_nodes, max_rounds, end, fast, used, pick, st
     if skipped:
         notes.append(f"time limit: {skipped} components left to the fast plan")
     if gaps:
-        notes.append(f"{len(gaps)} ilp batches stopped at their time budget (gap up to {100 * max(gaps):.2g}%)")
+        worst = max(gaps)
+        gap = f"gap up to {100 * worst:.2g}%" if worst < float("inf") else "no lower bound yet"
+        notes.append(f"{len(gaps)} ilp batches stopped at their time budget with the best plan found ({gap})")
     if solved:
         notes.append(f"exact: {solved}/{len(groups)} components ({stats['exact_distinct']} distinct), {optimal} "
                      f"proven optimal, {improved} improved on the fast plan")
