@@ -6,6 +6,7 @@ plan, a time budget per component that grows with its size) and keep, per compon
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 
 from optimus_eq.cost import GPUCostModel
@@ -22,6 +23,9 @@ EXACT_MAX_NODES = 2_000
 EXACT_BASE_S = 0.05
 #: ... this many per e-node of the batch (2,000 e-nodes: 1.05 s).
 EXACT_PER_NODE_S = 5e-4
+#: Components of at least this many e-nodes are compared with the others of their size (solved once per
+#: distinct problem); smaller ones are solved together, a few hundred per HiGHS call.
+DEDUP_MIN_NODES = 100
 #: The local search runs at least this long even when the caller's deadline has passed (a plan is needed).
 REFINE_MIN_S = 1.0
 
@@ -137,17 +141,19 @@ def _signature(p, prep, ilp, g: list[int]) -> tuple:
     component are needed by every plan (-1). Equal signatures are equal problems under the renaming
     whatever the order; a less than canonical order only misses copies. Returns ``(signature, order)``."""
     cost, kids, fixed, mandatory, cyclic = p.cost, p.kids, ilp.fixed, ilp.mandatory, ilp.cyclic
-    inside = set(g)
-    local = {c: (fixed[c], mandatory[c], cyclic[c], tuple(cost[i] for i in prep.vnodes(c))) for c in g}
+    vn = {c: prep.vnodes(c) for c in g}
+    ch = {c: [kids[i] for i in vn[c]] for c in g}
+    local = {c: (fixed[c], mandatory[c], cyclic[c], tuple([cost[i] for i in vn[c]])) for c in g}
     label = {c: hash(local[c]) for c in g}
     for _ in range(3):
-        label = {c: hash((local[c], tuple(tuple(label[k] if k in inside else 0 for k in kids[i])
-                                          for i in prep.vnodes(c)))) for c in g}
+        get = label.get
+        label = {c: hash((local[c], tuple([tuple([get(k, 0) for k in ks]) for ks in ch[c]]))) for c in g}
     order = sorted(g, key=lambda c: (label[c], c))
     pos = {c: k for k, c in enumerate(order)}
+    get = pos.get
     sccs: dict = {}
-    sig = tuple((local[c][:2], sccs.setdefault(ilp.scc[c], len(sccs)) if cyclic[c] else -1,
-                 tuple((cost[i], tuple(pos.get(k, -1) for k in kids[i])) for i in prep.vnodes(c)))
+    sig = tuple((local[c], sccs.setdefault(ilp.scc[c], len(sccs)) if cyclic[c] else -1,
+                 tuple([tuple([get(k, -1) for k in ks]) for ks in ch[c]]))
                 for c in order)
     return sig, order
 
@@ -165,9 +171,11 @@ def _exact(p, prep, method, ilp_max_nodes, max_rounds, end, fast, used, pick, st
     over = [n for n in sizes if limit is not None and n > limit]
     copies: dict[tuple, list[list[int]]] = {}  # signature -> components in canonical order (first: solved)
     firsts: list[tuple[int, list[int]]] = []
+    shared = Counter(n for n, _ in groups)
     for n, g in groups:
         if limit is None or n <= limit:
-            sig, order = _signature(p, prep, ilp, g)
+            # small components share a HiGHS call anyway (BATCH e-nodes per call): not worth a signature
+            sig, order = (_signature(p, prep, ilp, g) if n >= DEDUP_MIN_NODES and shared[n] > 1 else (id(g), g))
             same = copies.setdefault(sig, [])
             same.append(order)
             if len(same) == 1:
