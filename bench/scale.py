@@ -6,6 +6,12 @@ Usage::
                           [--pattern-sets default split_cat]
                           [--out bench/results/scale_cpu.json] [--timeout 1800] [--repeats 3] [--cold]
 
+Named graphs (``--graphs``), the shapes of issue 9's table, optimized like the sizes: ``tangle`` (the split/cat
+tangle of ``synthetic.build_tangle_fx_graph``, 64 fields x 6 rounds, about 1.8k FX nodes; ``tangle20k``: 512
+fields x 8 rounds, 18.5k FX nodes), ``dhen`` (the DHEN-style
+model, 32 fields x 3 layers, dynamo graph) and ``launch`` (the launch-bound model, 128 parallel branches x 2
+layers, dynamo graph); ``--sizes`` may then be left empty (``--sizes``).
+
 Pattern sets (``--pattern-sets``, one column of the table each): ``default`` is every pre-grad pattern
 (what ``optimize`` uses when ``patterns`` is left out: the split/cat family plus horizontal fusion);
 ``split_cat`` is the pre-grad patterns that are not horizontal (the split/cat family and its view and
@@ -21,7 +27,10 @@ process (so a blow-up can be timed out and peak memory is per case):
    (``warmup_s``: the one-time cost of a process's first optimization: importing scipy's sparse
    graph routines and HiGHS, compiling the egglog rule program; skipped with ``--cold``);
 3. ``optimus_eq.optimize(gm, example_inputs, strategy=s, patterns=...)`` ``--repeats`` times (timed: ``wall_s`` is the
-   fastest repeat, ``walls_s`` all of them, plus the fastest repeat's per-phase ``times`` in seconds;
+   fastest repeat, ``walls_s`` all of them, plus the fastest repeat's per-phase ``times`` in seconds
+   (``horizontal``: the horizontal rounds' share of ``search``), its extraction's ``extraction`` stats
+   (``choice_classes``: reachable e-classes with more than one possible e-node; components solved exactly,
+   their sizes, gaps) and ``limits`` (which limit stopped what);
    ``cpu_s``: the least CPU time of this process over the repeats, steadier than wall time when other
    jobs share the cores);
 4. run the optimized module eagerly on the example batch (B=8) and compare to
@@ -50,7 +59,8 @@ for p in (HERE, ROOT / "src", ROOT / "bridge"):  # run from a checkout without p
         sys.path.insert(0, str(p))
 
 MARK = "@@SCALE_RESULT@@"
-PHASES = ("translate", "search", "extract", "lower", "total")
+PHASES = ("translate", "search", "horizontal", "extract", "lower", "total")
+GRAPHS = ("tangle", "tangle20k", "dhen", "launch")
 PATTERN_SETS = ("default", "split_cat")
 
 
@@ -71,22 +81,55 @@ def pattern_names(pattern_set: str) -> list[str] | None:
     raise ValueError(f"unknown pattern set {pattern_set!r}; valid: {PATTERN_SETS}")
 
 
+def named_graph(name: str):
+    """``(gm, example_inputs, meta)`` of a named graph (see the module docstring)."""
+    import torch
+
+    if name in ("tangle", "tangle20k"):
+        from synthetic import make_tangle_graph
+
+        fields, rounds = (64, 6) if name == "tangle" else (512, 8)
+        gm, inputs = make_tangle_graph(fields, rounds)
+        return gm, inputs, dict(num_fields=fields, layers=rounds, nodes=len(gm.graph.nodes))
+    if name not in ("dhen", "launch"):
+        raise ValueError(f"unknown graph {name!r}; valid: {GRAPHS}")
+    from optimus_bench.models import dhen, launch_bound
+
+    if name == "dhen":
+        case = dhen.build({"batch": 8, "fields": 32, "dim": 16, "layers": 3, "heads": 2, "rank": 8})
+        fields, layers = 32, 3
+    else:
+        case = launch_bound.build({"batch": 16, "branches": 128, "dim": 8, "layers": 2})
+        fields, layers = 128, 2
+    got = []
+
+    def capture(gm, example_inputs):
+        got.append((gm, example_inputs))
+        return gm.forward
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(case.model, backend=capture, dynamic=False)(*case.inputs)
+    gm, inputs = got[0]
+    return gm, list(inputs), dict(num_fields=fields, layers=layers, nodes=len(gm.graph.nodes))
+
+
 def _first_tensor(out):
     """Optimized modules may return a tensor, a 1-tuple or a list."""
     return out[0] if isinstance(out, (tuple, list)) else out
 
 
-def run_case(size: int, strategy: str, repeats: int = 1, warmup: bool = True,
+def run_case(size: int | str, strategy: str, repeats: int = 1, warmup: bool = True,
              pattern_set: str = "default") -> dict:
-    """Build one graph, optimize it with one strategy and pattern set (fastest of ``repeats``) and return a
-    flat record."""
+    """Build one graph (``size`` FX nodes of the synthetic graph, or a named graph), optimize it with one
+    strategy and pattern set (fastest of ``repeats``) and return a flat record."""
     import torch
     import optimus_eq
     from synthetic import make_graph_of_size, make_rec_graph
 
     torch.manual_seed(0)
     patterns = pattern_names(pattern_set)
-    gm, inputs, meta = make_graph_of_size(size)
+    gm, inputs, meta = named_graph(size) if isinstance(size, str) else make_graph_of_size(size)
     rec = dict(size=size, strategy=strategy, pattern_set=pattern_set, **meta)
     with torch.no_grad():
         ref = _first_tensor(gm(*inputs)).clone()
@@ -122,7 +165,8 @@ def run_case(size: int, strategy: str, repeats: int = 1, warmup: bool = True,
         ops_before=dict(rep.ops_before), ops_after=dict(rep.ops_after),
         patterns_fired=dict(rep.patterns_fired),
         # optional Report fields (present in the current Report, not in the minimal contract)
-        **{k: getattr(rep, k) for k in ("extractor", "extract_note", "cost_before", "cost_after", "left_opaque")
+        **{k: getattr(rep, k) for k in ("extractor", "extract_note", "cost_before", "cost_after", "left_opaque",
+                                        "extraction", "limits")
            if hasattr(rep, k)},
     )
     try:
@@ -135,13 +179,13 @@ def run_case(size: int, strategy: str, repeats: int = 1, warmup: bool = True,
     return rec
 
 
-def _child(size: int, strategy: str, repeats: int, warmup: bool, pattern_set: str) -> None:
+def _child(size: int | str, strategy: str, repeats: int, warmup: bool, pattern_set: str) -> None:
     rec = run_case(size, strategy, repeats, warmup, pattern_set)
     rec["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(MARK + json.dumps(rec), flush=True)
 
 
-def spawn(size: int, strategy: str, timeout: float, repeats: int = 1, warmup: bool = True,
+def spawn(size: int | str, strategy: str, timeout: float, repeats: int = 1, warmup: bool = True,
           pattern_set: str = "default") -> dict:
     """Run one case in a child python; returns its record or an error record."""
     cmd = [sys.executable, __file__, "--one", str(size), strategy, "--repeats", str(repeats),
@@ -149,7 +193,7 @@ def spawn(size: int, strategy: str, timeout: float, repeats: int = 1, warmup: bo
     if not warmup:
         cmd.append("--cold")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(ROOT / "src"), str(ROOT / "bridge"), os.environ.get("PYTHONPATH", "")]))
+        [str(ROOT / "src"), str(ROOT / "bridge"), str(HERE), os.environ.get("PYTHONPATH", "")]))
     t0 = time.perf_counter()
     try:
         cp = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
@@ -181,28 +225,44 @@ def _cost(r: dict) -> str:
 def markdown(records: list[dict]) -> str:
     """One row per (size, strategy, pattern set): FX nodes, phase seconds, e-graph size, checks."""
     hdr = ["size", "strategy", "patterns", "N x L", "build s", "fakeprop s", "nodes in", "nodes out", "warm-up s",
-           *[f"{p} s" for p in PHASES], "wall s", "cpu s", "e-nodes", "e-classes", "iters", "stop", "extractor", "cost us",
-           "allclose", "RSS MiB", "note"]
+           *[f"{p} s" for p in PHASES], "wall s", "cpu s", "e-nodes", "e-classes", "choice classes", "iters", "stop",
+           "extractor", "cost us", "allclose", "RSS MiB", "note"]
     rows = ["| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
     for r in records:
         t = r.get("times", {})
-        note = r.get("error") or r.get("fallback") or r.get("run_error") or ""
+        note = r.get("error") or r.get("fallback") or r.get("run_error") or "; ".join(r.get("limits") or []) or ""
         cells = [r["size"], r["strategy"], r.get("pattern_set", "default"),
                  f"{r.get('num_fields', '?')}x{r.get('layers', '?')}",
                  _fmt(r.get("build_s")), _fmt(r.get("fake_prop_s")), _fmt(r.get("nodes_in")),
                  _fmt(r.get("nodes_out")), _fmt(r.get("warmup_s"), 3), *[_fmt(t.get(p), 3) for p in PHASES],
                  _fmt(r.get("wall_s"), 3), _fmt(r.get("cpu_s"), 3),
-                 _fmt(r.get("egraph_nodes")), _fmt(r.get("egraph_classes")), _fmt(r.get("iterations")),
+                 _fmt(r.get("egraph_nodes")), _fmt(r.get("egraph_classes")),
+                 _fmt((r.get("extraction") or {}).get("choice_classes")), _fmt(r.get("iterations")),
                  _fmt(r.get("stop_reason")), _fmt(r.get("extractor")),
                  _cost(r), _fmt(r.get("allclose")), _fmt(r.get("peak_rss_mib"), 0),
                  str(note).replace("|", "/")[:120]]
         rows.append("| " + " | ".join(map(str, cells)) + " |")
+    return "\n".join(rows) + "\n\n" + ratios(records)
+
+
+def ratios(records: list[dict]) -> str:
+    """eqsat against greedy per graph and pattern set: fastest wall seconds, their ratio, plan costs."""
+    by = {(r["size"], r.get("pattern_set", "default"), r["strategy"]): r for r in records}
+    rows = ["| graph | patterns | greedy s | eqsat s | eqsat / greedy | cost greedy / eqsat (us) |", "|---|---|---|---|---|---|"]
+    for (size, ps, strat), g in by.items():
+        e = by.get((size, ps, "eqsat"))
+        if strat != "greedy" or e is None or not g.get("wall_s") or not e.get("wall_s"):
+            continue
+        cost = f"{_fmt(g.get('cost_after'))} / {_fmt(e.get('cost_after'))}"
+        rows.append(f"| {size} | {ps} | {g['wall_s']:.2f} | {e['wall_s']:.2f} | {e['wall_s'] / g['wall_s']:.2f} | {cost} |")
     return "\n".join(rows)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description="optimus-eq optimizer speed at scale")
-    ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 5000, 20000, 50000])
+    ap.add_argument("--sizes", type=int, nargs="*", default=[1000, 5000, 20000, 50000])
+    ap.add_argument("--graphs", nargs="*", default=[], choices=GRAPHS,
+                    help="named graphs (issue 9's table), optimized after the sizes")
     ap.add_argument("--strategies", nargs="+", default=["greedy", "eqsat"])
     ap.add_argument("--pattern-sets", nargs="+", default=["default"], choices=PATTERN_SETS,
                     help="default: every pre-grad pattern (split/cat family + horizontal fusion); split_cat: "
@@ -216,18 +276,19 @@ def main() -> None:
     ap.add_argument("--one", nargs=2, metavar=("SIZE", "STRATEGY"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        return _child(int(args.one[0]), args.one[1], args.repeats, not args.cold, args.pattern_sets[0])
+        size = int(args.one[0]) if args.one[0].isdigit() else args.one[0]
+        return _child(size, args.one[1], args.repeats, not args.cold, args.pattern_sets[0])
 
     from tqdm import tqdm
 
-    cases = [(n, s, ps) for n in args.sizes for s in args.strategies for ps in args.pattern_sets]
+    cases = [(n, s, ps) for n in [*args.sizes, *args.graphs] for s in args.strategies for ps in args.pattern_sets]
     records = []
     bar = tqdm(cases, unit="case")
     for size, strat, ps in bar:
         bar.set_description(f"{size} nodes / {strat} / {ps}")
         records.append(spawn(size, strat, args.timeout, args.repeats, not args.cold, ps))
         r = records[-1]
-        bar.write(f"{size:>6} {strat:<7} {ps:<9} wall={_fmt(r.get('wall_s'), 2)}s out={_fmt(r.get('nodes_out'))} "
+        bar.write(f"{size!s:>6} {strat:<7} {ps:<9} wall={_fmt(r.get('wall_s'), 2)}s out={_fmt(r.get('nodes_out'))} "
                   f"allclose={_fmt(r.get('allclose'))} {r.get('error') or r.get('fallback') or ''}")
 
     import importlib.metadata as md

@@ -109,6 +109,44 @@ def build_rec_fx_graph(num_fields: int, layers: int, dim: int = 4) -> fx.Graph:
     return g
 
 
+def build_tangle_fx_graph(num_fields: int, rounds: int, dim: int = 4) -> fx.Graph:
+    """A split/cat tangle: per round, x [B, N*D] is split into N fields, a pointwise op runs per field, the
+    fields are concatenated in a shuffled order, viewed to [B, N, D], unbound, a second pointwise op runs per
+    field, the pieces are stacked in reverse order and viewed back, split into N/2 double-width pieces that
+    are concatenated in yet another order, and a residual closes the round (about 5 FX nodes per field and
+    round: 64 fields x 6 rounds is about 2k nodes). Every junk op has several equivalent spellings in the
+    e-graph, so extraction has thousands of real choices. Inputs as :func:`make_inputs`."""
+    n, d = num_fields, dim
+    g = fx.Graph()
+    x = g.placeholder("x")
+    ids = g.placeholder("ids")
+    w = g.placeholder("emb_weight")
+    x = g.call_function(operator.add, (x, g.call_function(F.embedding, (ids, w))))
+    for i in range(rounds):
+        sp = g.call_function(torch.split, (x, d), {"dim": 1})
+        ys = [_field_op(g, _FIELD_OPS[(i + j) % 4], g.call_function(operator.getitem, (sp, j))) for j in range(n)]
+        perm = [(j * 5 + i) % n for j in range(n)] if n % 5 else list(range(n))
+        c = g.call_function(torch.cat, ([ys[j] for j in perm],), {"dim": 1})
+        ub = g.call_function(torch.unbind, (g.call_method("view", (c, -1, n, d)),), {"dim": 1})
+        zs = [_field_op(g, _FIELD_OPS[(i + j + 1) % 4], g.call_function(operator.getitem, (ub, j))) for j in range(n)]
+        st = g.call_method("view", (g.call_function(torch.stack, (zs[::-1],), {"dim": 1}), -1, n * d))
+        sp2 = g.call_function(torch.split, (st, 2 * d), {"dim": 1})
+        halves = [g.call_function(operator.getitem, (sp2, j)) for j in range(max(1, n // 2))]
+        h = g.call_function(torch.cat, (halves[1::2] + halves[0::2],), {"dim": 1})
+        x = g.call_function(operator.mul, (g.call_function(operator.add, (h, x)), 0.5))
+    g.output((x,))
+    return g
+
+
+def make_tangle_graph(num_fields: int, rounds: int, dim: int = 4, batch: int = 8
+                      ) -> tuple[fx.GraphModule, list[torch.Tensor]]:
+    """(gm, example_inputs) of :func:`build_tangle_fx_graph`, with FakeTensor meta."""
+    gm = fx.GraphModule(torch.nn.Module(), build_tangle_fx_graph(num_fields, rounds, dim))
+    inputs = make_inputs(num_fields, dim, batch)
+    add_fake_meta(gm, inputs)
+    return gm, inputs
+
+
 def make_inputs(num_fields: int, dim: int = 4, batch: int = 8, seed: int = 0) -> list[torch.Tensor]:
     """Example inputs [x [B,N*D] f32, ids [B] i64, W [VOCAB,N*D] f32]."""
     gen = torch.Generator().manual_seed(seed)

@@ -326,8 +326,9 @@ def test_local_search_plans_are_valid(seed):
 def test_ilp_cuts_cycles_that_pruning_keeps(k):
     """k classes, each a leaf (cost 10) or a Unary of any other class (cost 1). Every class has an acyclic
     derivation, so pruning keeps every cycle, and the cheapest relaxation is a cycle cover: the ILP must
-    cut cycles (lazily, then with order variables from round 3). The acyclic plans are the rooted spanning
-    forests of the complete digraph, (k + 1) ** (k - 1) of them (Cayley); the best is one leaf and k - 1 ops.
+    cut cycles (2-cycles up front, longer ones lazily, then with order variables from round 3). The acyclic
+    plans are the rooted spanning forests of the complete digraph, (k + 1) ** (k - 1) of them (Cayley); the
+    best is one leaf and k - 1 ops.
     """
     g = SynthEGraph()
     classes = [g.eclass() for _ in range(k)]
@@ -341,8 +342,11 @@ def test_ilp_cuts_cycles_that_pruning_keeps(k):
     assert plans == (k + 1) ** (k - 1) and opt == 10 + k - 1
     ex = g.extract("ilp")
     assert check_plan(g, ex) == opt and ex.method == "ilp"
-    assert ex.ilp_rounds >= (2 if k == 2 else 3)
-    # one round is not enough: the ILP gives up and the local search answers, with a valid plan
+    # k = 2: the only cycles have two classes, forbidden before the first solve
+    assert ex.ilp_rounds == 1 if k == 2 else ex.ilp_rounds >= 2
+    if k == 2:
+        return
+    # one round is not enough: the ILP gives up and the fast plan (local search) answers, with a valid plan
     ex = g.extract("ilp", max_rounds=1)
     assert "cycle rounds exhausted" in ex.note and ex.method in ("tree", "tree+refine")
     assert check_plan(g, ex) >= opt
@@ -373,6 +377,110 @@ def test_random_sample_covers_the_hard_cases():
              "tree loses": 20, "refine gains": 20, "refine optimal where tree is not": 20, "ilp cut a cycle": 3}
     for what, n in least.items():
         assert seen[what] >= n, dict(seen)
+
+
+# -- the fast plan and the exact components ---------------------------------------------------------
+
+def disjoint_union(parts: list[SynthEGraph]) -> SynthEGraph:
+    """One e-graph holding ``parts`` side by side (each part one or more independent components): its
+    optimum is the sum of theirs."""
+    g = SynthEGraph()
+    for part in parts:
+        base = len(g.shapes)
+        for _ in part.shapes:
+            g.eclass()
+        for n in part.nodes:
+            g.node(base + n.eclass, n.op, [base + c for c in n.children], n.cost, forced=n.id in part.forced,
+                   subsumed=n.subsumed)
+        g.roots.extend(base + r for r in part.roots)
+    return g
+
+
+def _feasible_parts(first_seed: int, n: int) -> tuple[list[SynthEGraph], float]:
+    """``n`` random e-graphs with an acyclic plan (seeds from ``first_seed`` on) and the sum of their optima."""
+    parts, total, seed = [], 0.0, first_seed
+    while len(parts) < n:
+        g = random_egraph(random.Random(seed))
+        seed += 1
+        opt, _ = brute_force(g)
+        if opt is not None:
+            parts.append(g)
+            total += opt
+    return parts, total
+
+
+@pytest.mark.parametrize("seed", range(0, 400, 8))
+def test_exact_components_reach_the_optimum_and_never_lose_to_the_fast_plan(seed):
+    """Several random e-graphs side by side, so the choice core has several components of different sizes.
+    For every size limit of the exact solver: the plan is valid, never dearer than the fast plan (tree plan
+    plus local search), which is never dearer than the tree plan; where every component was solved and
+    proven optimal, the plan costs exactly the brute-force optimum; the components are all accounted for."""
+    parts, opt = _feasible_parts(1000 + seed, 4)
+    g = disjoint_union(parts)
+    tree = check_plan(g, g.extract("tree"))
+    for limit in (1, 6, 12, 10_000):
+        ex = g.extract("auto", ilp_max_nodes=limit)
+        cost = check_plan(g, ex)
+        st = ex.stats
+        assert opt - 1e-9 <= cost, (limit, ex.note)
+        if "fast_cost" not in st:  # no choice at all
+            assert cost == pytest.approx(tree) and "no choice" in ex.note
+            continue
+        assert opt - 1e-9 <= st["fast_cost"] <= tree + 1e-9
+        assert cost <= st["fast_cost"] + 1e-9, (limit, ex.note)
+        assert st["exact_components"] + len(st["over_limit"]) + st["deadline_skipped"] <= st["components"]
+        assert all(n > limit for n in st["over_limit"])
+        if st["exact_components"] == st["components"] and st["exact_optimal"] == st["components"]:
+            assert cost == pytest.approx(opt, abs=1e-6), (limit, ex.note)
+            assert ex.method == "ilp"
+        if limit == 10_000:  # every component is small: all solved exactly (no time limit is near)
+            assert not st["over_limit"] and st["exact_components"] + len(st["exact_failed"]) >= 1
+    # "ilp" solves every component, whatever its size
+    ex = g.extract("ilp")
+    assert check_plan(g, ex) == pytest.approx(opt, abs=1e-6), ex.note
+
+
+@pytest.mark.parametrize("seed", range(0, 200, 10))
+def test_a_passed_deadline_leaves_every_component_to_the_fast_plan(seed):
+    """A deadline already passed: no exact solve starts, every component keeps the fast plan, which is
+    still a valid plan no dearer than the tree plan."""
+    import time
+
+    parts, opt = _feasible_parts(2000 + seed, 3)
+    g = disjoint_union(parts)
+    ex = g.extract("auto", deadline=time.perf_counter() - 1.0)
+    cost = check_plan(g, ex)
+    st = ex.stats
+    assert opt - 1e-9 <= cost <= check_plan(g, g.extract("tree")) + 1e-9
+    if "fast_cost" in st:
+        assert cost == pytest.approx(st["fast_cost"])
+        assert st["exact_components"] == 0 and st["deadline_skipped"] == st["components"]
+        assert st["components"] == 0 or "time limit" in ex.note
+
+
+def test_the_exact_solver_never_returns_worse_than_its_start():
+    """HiGHS warm-started from a feasible point, stopped at any time limit: it returns nothing (the caller
+    keeps the start) or a feasible 0-1 point no dearer than the start, optimal or with its gap."""
+    import numpy as np
+
+    from optimus_eq.extract.ilp import _milp
+
+    n = 151  # an odd cycle cover: the LP relaxation (all 1/2) is fractional, so the MIP solver runs
+    rows = [r for r in range(n) for _ in (0, 1)]
+    cols = [c for r in range(n) for c in (r, (r + 1) % n)]
+    cost = 1.0 + np.random.default_rng(0).random(n)
+    start = np.ones(n)
+    for seconds in (1e-4, 1e-3, 1e-2, 10.0):
+        res = _milp(cost, rows, cols, [1.0] * len(rows), [1.0] * n, [np.inf] * n, n, np.ones(n), seconds, start)
+        if isinstance(res, str):
+            assert "time limit" in res.lower() and seconds < 10.0
+            continue
+        x, optimal, gap = res
+        assert np.all(np.isclose(x, np.round(x))) and np.all(x[:-1] + x[1:] >= 1 - 1e-9) and x[0] + x[-1] >= 1 - 1e-9
+        assert cost @ x <= cost @ start + 1e-9
+        assert optimal or gap >= 0
+        if seconds == 10.0:
+            assert optimal
 
 
 # -- real e-graphs (dynamo graph -> translate -> eqsat) ---------------------------------------------

@@ -53,3 +53,28 @@ def test_strategy_none_has_no_costs():
     _, r = optimus_eq.optimize(gm, ex, strategy="none")
     assert r.cost_before is None and r.cost_after is None
     assert "cost model" not in r.summary()
+
+
+def test_a_spent_time_limit_stops_the_search_and_says_so(strategy):
+    """``Limits.seconds`` bounds the whole call: with almost none of it, the search stops before its first
+    iteration, the report names the limit, and the plan (the input's terms, extracted) is still correct."""
+    from optimus_eq.egraph import Limits
+
+    r = check(_junk, [rand(4, 8), rand(3, 5, 2)], strategy, limits=Limits(seconds=1e-9)).report
+    assert r.stop_reason == "time_limit"
+    assert any("search stopped by the time limit" in line for line in r.limits), r.limits
+    assert "limit: search stopped by the time limit" in r.summary()
+    assert r.cost_after is not None and r.cost_after <= r.cost_before + 1e-9
+
+
+def test_the_report_says_how_the_plan_was_found():
+    """eqsat on the junk graph has real choices: the report gives the choice core, the tree / fast / final
+    costs (each no dearer than the one before) and the components solved exactly, and prints them."""
+    r = check(_junk, [rand(4, 8), rand(3, 5, 2)], "eqsat").report
+    x = r.extraction
+    assert x["choice_classes"] > 0 and x["components"] >= 1
+    assert x["cost"] <= x["fast_cost"] + 1e-9 <= x["tree_cost"] + 2e-9
+    assert x["cost"] == pytest.approx(r.cost_after)
+    assert x["exact_components"] == x["components"] and x["exact_optimal"] == x["components"]
+    assert r.extractor == "ilp" and r.limits == []
+    assert f"{x['choice_classes']} e-classes with a choice" in r.summary()

@@ -112,7 +112,7 @@ def optimize(
     extractor: str = "auto",
     cost_model: GPUCostModel | None = None,
     ilp_seconds: float = 10.0,
-    ilp_max_nodes: int = 40_000,
+    ilp_max_nodes: int = 2_000,
     registry: PatternRegistry = DEFAULT_REGISTRY,
     strategy_options: dict | None = None,
     level: str | None = None,
@@ -132,12 +132,16 @@ def optimize(
             ``"taso"`` (cost-based backtracking search, :mod:`optimus_eq.ablation.taso`) and ``"tensat"``
             (multi-pattern rules in the first k iterations, ILP extraction, :mod:`optimus_eq.ablation.tensat`).
         patterns: names of the patterns to use (default: all patterns of ``level``).
-        limits: iteration, e-node and time limits of the search.
+        limits: iteration and e-node limits of the search, and ``seconds``, a wall-clock limit of the whole
+            call: no saturation iteration, horizontal round or exact extraction starts after it, and an
+            exact solve running then stops with its best plan (the fast plan is always completed, so the
+            call may overrun by that and by lowering). ``report.limits`` says which limit stopped what.
         extractor: ``"auto"``, ``"tree"`` or ``"ilp"`` (see :mod:`optimus_eq.extract`); ``"auto"`` lets a
             strategy that names its own extractor use it (``tensat``: ``"ilp"``).
         cost_model: the GPU cost model (microseconds per e-node).
-        ilp_seconds: time budget of the ILP extractor, seconds.
-        ilp_max_nodes: ``"auto"`` uses the ILP only up to this many reachable e-nodes.
+        ilp_seconds: time budget of the exact (ILP) part of each extraction, seconds.
+        ilp_max_nodes: ``"auto"`` solves a component of the choice core exactly only up to this many
+            e-nodes; larger ones keep the fast plan (tree plus local search).
         registry: where patterns are looked up.
         strategy_options: keyword options of the strategy's search (``taso``: ``alpha``; ``tensat``:
             ``k_multi``).
@@ -191,9 +195,10 @@ def optimize(
         phases = ["translate"]
         try:
             with no_gc():  # ~10^5 short-lived objects per 50k nodes: collections would cost more than the work
-                result = _run(gm, example_inputs, strategy, chosen, limits or Limits(), extractor,
+                limits = limits or Limits()
+                result = _run(gm, example_inputs, strategy, chosen, limits, extractor,
                               cost_model or GPUCostModel(), ilp_seconds, ilp_max_nodes, registry, report, phases,
-                              dict(strategy_options or {}), level, pattern_options)
+                              dict(strategy_options or {}), level, pattern_options, start + limits.seconds)
         except BaseException as exc:  # fail-safe: never break the user's model
             if not isinstance(exc, Exception) and not is_rust_panic(exc):
                 raise  # KeyboardInterrupt, SystemExit: the user's, not ours
@@ -327,11 +332,13 @@ class _Plans:
 
     Call with an :class:`EGraph`; returns ``(EGraphView, Extraction)``. Raises RuntimeError on an
     inconsistent e-graph (``EGraphView.inconsistent``) or when a root has no acyclic plan.
+    ``deadline`` (a ``time.perf_counter()`` instant: the whole call's ``Limits.seconds``) is passed to every
+    extraction.
     """
 
     def __init__(self, tr, phases: list, cost_model, method: str, seconds: float, ilp_max_nodes: int,
-                 gradients=None) -> None:
-        self.tr, self.phases, self.gradients = tr, phases, gradients
+                 gradients=None, deadline: float | None = None) -> None:
+        self.tr, self.phases, self.gradients, self.deadline = tr, phases, gradients, deadline
         self.cost_model, self.method, self.seconds, self.ilp_max_nodes = cost_model, method, seconds, ilp_max_nodes
         self.spent = 0.0       # seconds spent reading and extracting
         self.reads = 0         # e-graph reads done (the rest were reused)
@@ -351,7 +358,7 @@ class _Plans:
             roots, forced = _roots_and_forced(view, self.tr)
             try:
                 ex = extract(view, roots, forced, self.cost_model, method=self.method, seconds=self.seconds,
-                             ilp_max_nodes=self.ilp_max_nodes)
+                             ilp_max_nodes=self.ilp_max_nodes, deadline=self.deadline)
                 break
             except NoAcyclicTerm:
                 # greedy's destructive rewrites, then a merge, can leave a class nothing but removed
@@ -365,8 +372,29 @@ class _Plans:
         return view, ex
 
 
+def _extraction_limits(stats: dict, ilp_max_nodes: int, ilp_seconds: float) -> list[str]:
+    """What a limit did to the final extraction, for ``Report.limits``."""
+    out = []
+    if stats.get("over_limit"):
+        over = stats["over_limit"]
+        out.append(f"extract: {len(over)} components over ilp_max_nodes = {ilp_max_nodes} e-nodes (largest "
+                   f"{max(over)}) kept the fast plan")
+    if stats.get("deadline_skipped"):
+        out.append(f"extract: {stats['deadline_skipped']} components kept the fast plan: the time limit "
+                   f"(Limits.seconds, or ilp_seconds = {ilp_seconds:g} s) had passed")
+    gap = stats.get("exact_max_gap", 0.0)
+    if stats.get("exact_components", 0) > stats.get("exact_optimal", 0):
+        bound = f"gap up to {100 * gap:.2g}%" if gap < float("inf") else "no lower bound yet"
+        out.append(f"extract: exact solves stopped at their time budget with the best plan found ({bound})")
+    if stats.get("exact_failed"):
+        out.append(f"extract: {len(stats['exact_failed'])} exact solves gave no plan "
+                   f"({stats['exact_failed'][0]}); the fast plan kept there")
+    return out
+
+
 def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, ilp_seconds, ilp_max_nodes,
-         registry, report, phases, strategy_options, level="pre_grad", pattern_options=None) -> GraphModule:
+         registry, report, phases, strategy_options, level="pre_grad", pattern_options=None,
+         deadline: float | None = None) -> GraphModule:
     from optimus_bridge.lower import lower
     from optimus_bridge.translate import translate
 
@@ -382,6 +410,7 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
     _ensure_meta(gm, example_inputs, level)
     tr = translate(gm)
     with EGraph(patterns, subsume=search_mod.SUBSUME) as egraph:
+        egraph.deadline = deadline
         egraph.insert(tr.rows)
         report.left_opaque = len(tr.kept)
         canonical = "normalization_pass" if level == "pre_grad" else "normalization_aten_pass"
@@ -396,13 +425,20 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
         describe = getattr(cost_model, "describe", None)
         report.cost_model = describe(training=gradients is not None) if describe else type(cost_model).__name__
         report.training = gradients is not None
-        plans = _Plans(tr, phases, cost_model, extractor, ilp_seconds, ilp_max_nodes, gradients)
+        plans = _Plans(tr, phases, cost_model, extractor, ilp_seconds, ilp_max_nodes, gradients, deadline)
         hctx = HorizontalContext(tr, plans, pattern_options or {}, level=level)
         if getattr(search_mod, "NEEDS_OBJECTIVE", False):
             strategy_options.setdefault("objective", _objective(tr, cost_model, gradients))
 
+        horizontal_s = [0.0]
+
         def horizontal(eg, ps, destructive):
-            return fuse_round(eg, ps, hctx, destructive)
+            t = time.perf_counter()
+            spent = plans.spent
+            try:
+                return fuse_round(eg, ps, hctx, destructive)
+            finally:  # the round's own work: its plan's read and extraction count as extract
+                horizontal_s[0] += time.perf_counter() - t - (plans.spent - spent)
 
         horizontal.reset = lambda: (hctx.fired.clear(), hctx.members.clear())  # searches that backtrack
         result = search_mod.search(egraph, patterns, limits, **strategy_options, horizontal=horizontal)
@@ -415,6 +451,14 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
         t2 = time.perf_counter()
         in_search = plans.spent  # the horizontal rounds' reads and extractions: extract phase time
         report.times["search"] = t2 - t1 - in_search
+        report.times["horizontal"] = horizontal_s[0]
+        if result.stop_reason in ("time_limit", "iteration_limit", "node_limit"):
+            what = {"time_limit": f"the time limit (Limits.seconds = {limits.seconds:g} s for the whole call)",
+                    "iteration_limit": f"Limits.iterations = {limits.iterations}",
+                    "node_limit": f"Limits.nodes = {limits.nodes}"}[result.stop_reason]
+            report.limits.append(f"search stopped by {what} after {result.iterations} iterations")
+        if hctx.skipped:
+            report.limits.append(f"{hctx.skipped} horizontal rounds skipped: the time limit had passed")
 
         phases.append("extract")
         # the final plan; the last round's when the e-graph has not changed since (same version)
@@ -424,6 +468,8 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
     report.cost_before = input_cost(tr.rows, [tr.node_id[n] for n in dict.fromkeys(tr.roots)], tr.opaque_keys,
                                     cost_model, gradients)
     report.extractor, report.extract_note, report.cost_after = ex.method, ex.note, ex.dag_cost
+    report.extraction = dict(ex.stats)
+    report.limits.extend(_extraction_limits(ex.stats, ilp_max_nodes, ilp_seconds))
     report.times["extract"] = (t3 := time.perf_counter()) - t2 + in_search
 
     phases.append("lower")

@@ -200,6 +200,9 @@ class EGraph:
         #: bumped by every call that may change the e-graph (insert, a run that changed it, push, pop):
         #: two reads at the same version see the same e-graph (callers cache extractions by it)
         self.version = 0
+        #: a ``time.perf_counter()`` instant no search may run past (``optimize`` sets it from
+        #: ``Limits.seconds``, which bounds its whole call); None: only ``Limits.seconds`` per saturation
+        self.deadline: float | None = None
         self.egraph, give_back = _lend("\n".join(program), self._depth)
         self._close = weakref.finalize(self, give_back) if give_back is not None else None
 
@@ -273,14 +276,19 @@ class EGraph:
             self.version += 1
         return changed
 
+    def past_deadline(self) -> bool:
+        """Whether :attr:`deadline` is set and has passed."""
+        return self.deadline is not None and time.perf_counter() > self.deadline
+
     def saturate(self, schedule: str, limits: Limits, result: SearchResult) -> SearchResult:
-        """Repeat ``schedule`` until nothing changes or a limit is hit; sets the stop reason."""
+        """Repeat ``schedule`` until nothing changes or a limit is hit (``limits``, or :attr:`deadline`); sets
+        the stop reason."""
         start = time.perf_counter()
         while True:
             if result.iterations >= limits.iterations:
                 result.stop_reason = ITERATION_LIMIT
                 break
-            if time.perf_counter() - start > limits.seconds:
+            if time.perf_counter() - start > limits.seconds or self.past_deadline():
                 result.stop_reason = TIME_LIMIT
                 break
             changed = self.run(schedule, result)

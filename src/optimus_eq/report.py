@@ -20,14 +20,22 @@ class Report:
         egraph_nodes, egraph_classes: size of the e-graph after the search (term e-nodes, e-classes).
         iterations: saturation iterations run (all passes together for greedy).
         stop_reason: ``"saturated"``, ``"iteration_limit"``, ``"node_limit"`` or ``"time_limit"``.
-        extractor: ``"tree"`` or ``"ilp"``, with ``extract_note`` saying why the ILP was skipped.
+        extractor: how the final plan was found (:attr:`optimus_eq.extract.Extraction.method`: ``"tree"``,
+            ``"tree+refine"`` (the fast plan: tree plan and local search), ``"ilp"`` (every component of the
+            choice core solved exactly), or the fast method plus ``"+ilp"``), with ``extract_note`` for
+            people and ``extraction`` as data.
+        extraction: the final extraction's ``stats`` (:class:`optimus_eq.extract.Extraction`): tree, fast and
+            final cost, choice classes, components, those solved exactly, their sizes and gaps.
+        limits: which limit stopped what, one line each (the search's ``Limits``, the horizontal round, the
+            exact solver's size limit, time budget and deadline); empty when none did.
         cost_before: the cost model's estimate (microseconds) of the input graph: the plan that keeps
             every original term, each paid once (two FX nodes computing one value are paid twice, as the
             input graph computes both). None for ``"none"``.
         cost_after: the cost model's estimate (microseconds) of the extracted plan (DAG cost).
         times: seconds per phase: ``translate``, ``search``, ``extract``, ``lower``, ``total``. ``extract``
             is every read and extraction of the e-graph, the horizontal rounds' plans included (they run
-            inside the search; ``search`` is the rest of it: rules, group analysis, insertion).
+            inside the search; ``search`` is the rest of it: rules, group analysis, insertion);
+            ``horizontal`` is the part of ``search`` spent in horizontal rounds (group analysis, insertion).
         cost_model: the cost model the search and extraction used (:meth:`GPUCostModel.describe`: execution
             mode ``launch`` or ``cudagraph``, constants, and ``training`` when the backward was priced).
         training: whether the graph will be differentiated and its backward was priced.
@@ -50,6 +58,8 @@ class Report:
     stop_reason: str | None = None
     extractor: str | None = None
     extract_note: str = ""
+    extraction: dict = field(default_factory=dict)
+    limits: list = field(default_factory=list)
     cost_before: float | None = None
     cost_after: float | None = None
     times: dict = field(default_factory=dict)
@@ -80,6 +90,19 @@ class Report:
             lines.append(f"  e-graph: {self.egraph_nodes} e-nodes, {self.egraph_classes} e-classes, "
                          f"{self.iterations} iterations, stop: {self.stop_reason}; extractor: {self.extractor}"
                          + (f" ({self.extract_note})" if self.extract_note else ""))
+            x = self.extraction
+            if x.get("choice_classes"):
+                line = (f"  extraction: {x['choice_classes']} e-classes with a choice in {x.get('components', '?')} "
+                        f"components (largest {x.get('largest_component', '?')} e-nodes); cost: tree "
+                        f"{x.get('tree_cost', 0):.1f}")
+                if "fast_cost" in x:
+                    line += f", fast {x['fast_cost']:.1f}"
+                line += f", final {x.get('cost', 0):.1f} us"
+                if x.get("exact_components"):
+                    line += f"; exact: {x['exact_components']} components, {x.get('exact_optimal', 0)} proven optimal"
+                lines.append(line)
+            for what in self.limits:
+                lines.append(f"  limit: {what}")
             if self.cost_before is not None and self.cost_after is not None:
                 lines.append(f"  cost model: {self.cost_before:.1f} us -> {self.cost_after:.1f} us"
                              + (f" [{self.cost_model}]" if self.cost_model else ""))

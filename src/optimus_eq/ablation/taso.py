@@ -97,7 +97,7 @@ def search(egraph: EGraph, patterns: Sequence[Pattern], limits: Limits, objectiv
         if expansions >= limits.iterations:
             stop = ITERATION_LIMIT
             break
-        if time.perf_counter() - start > limits.seconds:
+        if time.perf_counter() - start > limits.seconds or egraph.past_deadline():
             stop = TIME_LIMIT
             break
         cost, _, seq = heapq.heappop(queue)

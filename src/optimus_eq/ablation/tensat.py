@@ -58,7 +58,7 @@ def search(egraph: EGraph, patterns: Sequence[Pattern], limits: Limits, k_multi:
         if result.iterations >= limits.iterations:
             result.stop_reason = ITERATION_LIMIT
             break
-        if time.perf_counter() - start > limits.seconds:
+        if time.perf_counter() - start > limits.seconds or egraph.past_deadline():
             result.stop_reason = TIME_LIMIT
             break
         changed = egraph.run(one_pass, result)

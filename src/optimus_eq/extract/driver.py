@@ -1,10 +1,13 @@
-"""The :func:`extract` entry: cost the e-nodes, take the tree plan, prune, solve the components by ILP or
-local search, and keep the result only if it is acyclic and no dearer than the tree plan.
+"""The :func:`extract` entry: cost the e-nodes, take the tree plan, prune, improve it by local search (the
+fast plan), then solve the small components of the choice core exactly (HiGHS, warm-started from the fast
+plan, a time budget per component that grows with its size) and keep, per component, the cheaper plan.
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
+
 
 from optimus_eq.cost import GPUCostModel
 from optimus_eq.extract.ilp import _ILP, BATCH, _plan_cycles
@@ -14,14 +17,26 @@ from optimus_eq.extract.refine import _refine
 from optimus_eq.extract.tree import _Problem
 from optimus_eq.extract.view import EGraphView, no_gc
 
+#: ``"auto"``: components of the choice core up to this many e-nodes are solved exactly.
+EXACT_MAX_NODES = 2_000
+#: Time budget of one exact solve (a batch of components): this many seconds, plus ...
+EXACT_BASE_S = 0.05
+#: ... this many per e-node of the batch (2,000 e-nodes: 1.05 s).
+EXACT_PER_NODE_S = 5e-4
+#: Components of at least this many e-nodes are compared with the others of their size (solved once per
+#: distinct problem); smaller ones are solved together, a few hundred per HiGHS call.
+DEDUP_MIN_NODES = 100
+#: The local search runs at least this long even when the caller's deadline has passed (a plan is needed).
+REFINE_MIN_S = 1.0
+
 
 class NoAcyclicTerm(RuntimeError):
     """Some root e-class has no acyclic derivation with the forced e-nodes (a RuntimeError)."""
 
 
 def extract(view: EGraphView, roots: list, forced_nodes: set, model: GPUCostModel | None = None,
-            method: str = "auto", seconds: float = 10.0, ilp_max_nodes: int = 40_000,
-            max_rounds: int = 20) -> Extraction:
+            method: str = "auto", seconds: float = 10.0, ilp_max_nodes: int = EXACT_MAX_NODES,
+            max_rounds: int = 20, deadline: float | None = None) -> Extraction:
     """Choose one e-node for every e-class needed by ``roots``.
 
     Args:
@@ -30,25 +45,35 @@ def extract(view: EGraphView, roots: list, forced_nodes: set, model: GPUCostMode
         forced_nodes: e-node ids that must be chosen in their class (opaque ops kept verbatim); a class
             whose forced e-node is a self loop (``EGraphView.self_loops``) has no plan. Ids that are not
             e-nodes of ``view`` are ignored.
-        method: ``"tree"``, ``"ilp"`` or ``"auto"`` (see module docstring).
-        seconds: time budget of the ILP (all components together).
-        ilp_max_nodes: ``"auto"`` leaves an independent component of the pruned ILP with more e-nodes than
-            this to the tree choice and the local search.
+        method: ``"tree"`` (the tree plan only), ``"ilp"`` (the fast plan, then every component of the
+            choice core exactly, each with the whole remaining budget) or ``"auto"`` (the fast plan, then
+            components up to ``ilp_max_nodes`` e-nodes exactly, each with a budget that grows with its
+            size); see the module docstring of :mod:`optimus_eq.extract`.
+        seconds: time budget of the exact solver (all components together), seconds.
+        ilp_max_nodes: ``"auto"`` leaves a component of the choice core with more e-nodes than this to the
+            fast plan.
         max_rounds: ILP solves per batch of components (each adds cuts for the cycles of the last plan).
+        deadline: a ``time.perf_counter()`` instant (the caller's whole-call limit): no exact solve starts
+            or runs past it, and the local search stops there (but gets at least ``REFINE_MIN_S``).
+
+    Returns:
+        An :class:`Extraction`; its ``stats`` say how the plan was found (tree, fast and final costs, the
+        choice core, the components solved exactly, their sizes and gaps, what a limit stopped).
 
     Raises:
         NoAcyclicTerm: (a RuntimeError) when some root has no acyclic derivation with the forced e-nodes (a
             bug in the rules or the bridge, or destructive rewrites applied in an order that subsumed every
             e-node of a class: the ``taso`` search meets such states and drops them).
+        ValueError: for an unknown ``method``.
     """
     if method not in ("tree", "ilp", "auto"):
         raise ValueError(f"unknown extraction method {method!r}; valid: 'tree', 'ilp', 'auto'")
     with no_gc():
         return _extract(view, roots, forced_nodes, model or GPUCostModel(), method, seconds, ilp_max_nodes,
-                        max_rounds)
+                        max_rounds, deadline)
 
 
-def _extract(view, roots, forced_nodes, model, method, seconds, ilp_max_nodes, max_rounds) -> Extraction:
+def _extract(view, roots, forced_nodes, model, method, seconds, ilp_max_nodes, max_rounds, deadline) -> Extraction:
     start = time.perf_counter()
     view.assign_costs(model, forced_nodes)
     p = _Problem(view, forced_nodes)
@@ -60,66 +85,163 @@ def _extract(view, roots, forced_nodes, model, method, seconds, ilp_max_nodes, m
         raise NoAcyclicTerm(f"no acyclic term for e-classes {missing[:5]}")
     rroots = list(dict.fromkeys(p.cid[r] for r in roots))
     pick = list(tree_pick)
-    method_used, notes, rounds = "tree", [], 0
-    prep = _prepare(p, tree_pick, rroots)
-    if not (prep.reach & (prep.nvalid > 1)).any():
+    notes: list[str] = []
+    prep = _prepare(p, tree_pick, rroots, ilp_max_nodes if method == "auto" else None)
+
+    def plan_cost(pk: list[int]) -> float:
+        return sum(p.cost[pk[c]] for c in p.plan_classes(pk, rroots))
+
+    tree_cost = plan_cost(tree_pick)
+    choice = prep.reach & (prep.nvalid > 1)
+    stats: dict = {"e_nodes": len(p.kids), "e_classes": len(p.cids), "choice_classes": int(choice.sum()),
+                   "tree_cost": tree_cost}
+    method_used, rounds = "tree", 0
+    end = start + seconds if deadline is None else min(start + seconds, deadline)
+    if not choice.any():
         notes.append("no choice")
-    elif method in ("ilp", "auto"):
-        ilp = _ILP(p, prep)
-        limit = None if method == "ilp" else ilp_max_nodes
-        deadline = start + seconds
-        solved = failed = skipped = 0
-        why: list[str] = []
-        batch: list[int] = []
-        batch_size = 0
-
-        def flush() -> None:
-            nonlocal solved, failed, rounds, batch, batch_size
-            if batch:
-                got, rnd, reason = ilp.solve(batch, deadline - time.perf_counter(), max_rounds)
-                rounds = max(rounds, rnd)
-                if got is None:
-                    failed += 1
-                    why.append(reason)
-                else:
-                    solved += 1
-                    for c, i in got.items():
-                        pick[c] = i
-            batch, batch_size = [], 0
-
-        for n, g in sorted(ilp.groups, key=lambda sg: sg[0]):
-            if limit is not None and n > limit:
-                skipped += 1
-                continue
-            if batch_size + n > BATCH:
-                flush()
-            batch.extend(g)
-            batch_size += n
-        flush()
-        if solved:
-            method_used = "ilp"
-        if skipped:
-            notes.append(f"{skipped} ilp components over {limit} e-nodes")
-        if failed:
-            notes.append(f"{failed} ilp batches failed ({why[0]})")
-        if skipped or failed:
-            if _refine(p, pick, rroots, prep, time.perf_counter() + max(1.0, seconds / 4)):
-                method_used += "+refine"
+    elif method != "tree":
+        t0 = time.perf_counter()
+        refine_end = t0 + max(REFINE_MIN_S, seconds / 4)
+        if deadline is not None:
+            refine_end = min(refine_end, max(deadline, t0 + REFINE_MIN_S))
+        moves = _refine(p, pick, rroots, prep, refine_end)
+        fast = list(pick)
+        fast_needed = p.plan_classes(fast, rroots)
+        fast_cost = sum(p.cost[fast[c]] for c in fast_needed)
+        stats.update(refine_moves=moves, fast_cost=fast_cost, fast_s=time.perf_counter() - t0)
+        if moves:
+            method_used = "tree+refine"
+        method_used, rounds = _exact(p, prep, method, ilp_max_nodes, max_rounds, end, fast, set(fast_needed),
+                                     pick, stats, notes, method_used)
     if prep.pruned:
         notes.append(f"{prep.pruned} cyclic e-nodes pruned")
 
     needed = p.plan_classes(pick, rroots)
     cost = sum(p.cost[pick[c]] for c in needed)
-    if method_used != "tree":  # safety net: an acyclic plan, and no dearer than the tree plan
-        tree_cost = sum(p.cost[tree_pick[c]] for c in p.plan_classes(tree_pick, rroots))
-        if _plan_cycles(needed, {c: pick[c] for c in needed}, p.kids) or cost > tree_cost * (1 + 1e-9) + 1e-9:
-            notes.append("ilp plan rejected (cyclic or dearer than the tree plan)")
-            pick, method_used = tree_pick, "tree"
+    if method_used != "tree":  # safety net: an acyclic plan, and no dearer than the fast (or tree) plan
+        safe = stats.get("fast_cost", tree_cost)
+        if _plan_cycles(needed, {c: pick[c] for c in needed}, p.kids) or cost > safe * (1 + 1e-9) + 1e-9:
+            notes.append("exact plan rejected (cyclic or dearer than the fast plan)")
+            pick = fast if "fast_cost" in stats else tree_pick
+            method_used = "tree+refine" if stats.get("refine_moves") else "tree"
             needed = p.plan_classes(pick, rroots)
-            cost = tree_cost
+            cost = sum(p.cost[pick[c]] for c in needed)
+    stats["cost"] = cost
     cids, nids = p.cids, p.nids
-    choice = {cids[c]: nids[pick[c]] for c in needed}
-    return Extraction(choice, cost, method_used, time.perf_counter() - start, rounds, "; ".join(notes))
+    chosen = {cids[c]: nids[pick[c]] for c in needed}
+    return Extraction(chosen, cost, method_used, time.perf_counter() - start, rounds, "; ".join(notes), stats)
+
+
+def _signature(p, prep, ilp, g: list[int]) -> tuple:
+    """The ILP of component ``g`` up to renaming its classes and e-nodes: two components with one signature
+    pose the same problem, so one solution serves both (DHEN's layers, a model's repeated blocks).
+
+    Classes are put in a canonical order (labels refined from their e-nodes' costs and their children's
+    labels, three rounds, ties by id); e-nodes keep their order in the class; children outside the
+    component are needed by every plan (-1). Equal signatures are equal problems under the renaming
+    whatever the order; a less than canonical order only misses copies. Returns ``(signature, order)``."""
+    cost, kids, fixed, mandatory, cyclic = p.cost, p.kids, ilp.fixed, ilp.mandatory, ilp.cyclic
+    vn = {c: prep.vnodes(c) for c in g}
+    ch = {c: [kids[i] for i in vn[c]] for c in g}
+    local = {c: (fixed[c], mandatory[c], cyclic[c], tuple([cost[i] for i in vn[c]])) for c in g}
+    label = {c: hash(local[c]) for c in g}
+    for _ in range(3):
+        get = label.get
+        label = {c: hash((local[c], tuple([tuple([get(k, 0) for k in ks]) for ks in ch[c]]))) for c in g}
+    order = sorted(g, key=lambda c: (label[c], c))
+    pos = {c: k for k, c in enumerate(order)}
+    get = pos.get
+    sccs: dict = {}
+    sig = tuple((local[c], sccs.setdefault(ilp.scc[c], len(sccs)) if cyclic[c] else -1,
+                 tuple([tuple([get(k, -1) for k in ks]) for ks in ch[c]]))
+                for c in order)
+    return sig, order
+
+
+def _exact(p, prep, method, ilp_max_nodes, max_rounds, end, fast, used, pick, stats, notes, method_used):
+    """Solve the components of the choice core exactly, warm-started from ``fast``; write the cheaper plan of
+    each component into ``pick``. Components that pose the same ILP are solved once. Returns ``(method, ILP
+    rounds)``."""
+    ilp = _ILP(p, prep)
+    fixed = ilp.fixed
+    limit = None if method == "ilp" else ilp_max_nodes
+    groups = sorted(ilp.groups, key=lambda sg: sg[0])
+    sizes = [n for n, _ in groups]
+    stats.update(components=len(groups), largest_component=max(sizes, default=0))
+    over = [n for n in sizes if limit is not None and n > limit]
+    copies: dict[tuple, list[list[int]]] = {}  # signature -> components in canonical order (first: solved)
+    firsts: list[tuple[int, list[int]]] = []
+    shared = Counter(n for n, _ in groups)
+    for n, g in groups:
+        if limit is None or n <= limit:
+            # small components share a HiGHS call anyway (BATCH e-nodes per call): not worth a signature
+            sig, order = (_signature(p, prep, ilp, g) if n >= DEDUP_MIN_NODES and shared[n] > 1 else (id(g), g))
+            same = copies.setdefault(sig, [])
+            same.append(order)
+            if len(same) == 1:
+                firsts.append((n, order))
+    batches: list[tuple[int, list[list[int]]]] = []  # (e-nodes, distinct components)
+    for n, g in firsts:
+        if batches and batches[-1][0] + n <= BATCH:
+            batches[-1] = (batches[-1][0] + n, batches[-1][1] + [g])
+        else:
+            batches.append((n, [g]))
+    by_first = {id(gs[0]): gs for gs in copies.values()}
+    solved = optimal = improved = failed = skipped = 0
+    gaps: list[float] = []
+    why: list[str] = []
+    rounds = 0
+    exact_s = 0.0
+    vnodes = prep.vnodes
+    for n, comps in batches:
+        members = sum((by_first[id(g)] for g in comps), [])
+        t0 = time.perf_counter()
+        left = end - t0
+        if left <= 0:
+            skipped += len(members)
+            continue
+        budget = left if limit is None else min(left, EXACT_BASE_S + EXACT_PER_NODE_S * n)
+        got, rnd, reason = ilp.solve([c for g in comps for c in g], budget, max_rounds, fast, used)
+        exact_s += time.perf_counter() - t0
+        rounds = max(rounds, rnd)
+        if got is None:
+            failed += 1
+            why.append(reason)
+            continue
+        solved += len(members)
+        optimal += len(members) if got.optimal else 0
+        if not got.optimal:
+            gaps.append(got.gap)
+        for g in comps:  # the solution as (position of the class, position of the e-node in its class)
+            rel = [(k, vnodes(c).index(got.pick[c])) for k, c in enumerate(g) if not fixed[c] and c in got.pick]
+            for h in by_first[id(g)]:  # the component and its copies: keep the cheaper plan of each
+                mine = {h[k]: vnodes(h[k])[j] for k, j in rel}
+                before = sum(p.cost[fast[c]] for c in h if not fixed[c] and c in used)
+                after = sum(p.cost[i] for i in mine.values())
+                if after <= before + 1e-9:
+                    improved += after < before - 1e-9
+                    for c, i in mine.items():
+                        pick[c] = i
+    stats.update(exact_components=solved, exact_optimal=optimal, exact_improved=improved,
+                 exact_distinct=sum(len(c) for _, c in batches), exact_max_gap=max(gaps, default=0.0),
+                 exact_s=exact_s, over_limit=over, deadline_skipped=skipped, exact_failed=why)
+    if over:
+        notes.append(f"{len(over)} ilp components over {limit} e-nodes (largest {max(over)}) left to the fast plan")
+    if failed:
+        notes.append(f"{failed} ilp batches failed ({why[0]}); the fast plan kept there")
+    if skipped:
+        notes.append(f"time limit: {skipped} components left to the fast plan")
+    if gaps:
+        worst = max(gaps)
+        gap = f"gap up to {100 * worst:.2g}%" if worst < float("inf") else "no lower bound yet"
+        notes.append(f"{len(gaps)} ilp batches stopped at their time budget with the best plan found ({gap})")
+    if solved:
+        notes.append(f"exact: {solved}/{len(groups)} components ({stats['exact_distinct']} distinct), {optimal} "
+                     f"proven optimal, {improved} improved on the fast plan")
+        if solved == len(groups) and optimal == solved:
+            return "ilp", rounds
+        return method_used + "+ilp", rounds
+    return method_used, rounds
 
 
 def _unique(view: EGraphView, p: _Problem, roots: list, start: float) -> Extraction:
@@ -149,4 +271,5 @@ def _unique(view: EGraphView, p: _Problem, roots: list, start: float) -> Extract
     cids, nids = p.cids, p.nids
     choice = {cids[c]: nids[pick[c]] for c in needed}
     cost = sum(p.cost[pick[c]] for c in needed)
-    return Extraction(choice, cost, "tree", time.perf_counter() - start, 0, "no choice")
+    return Extraction(choice, cost, "tree", time.perf_counter() - start, 0, "no choice",
+                      {"e_nodes": len(p.kids), "e_classes": len(p.cids), "choice_classes": 0, "cost": cost})

@@ -1,18 +1,41 @@
 """The DAG-aware 0-1 ILP over independent components of the pruned problem (HiGHS, the solver inside
 scipy), with lazy cycle cuts and topological-order variables for components that keep cycling.
+
+Every solve is warm-started from a plan (the driver's fast plan), and a solve that stops at its time
+limit still returns HiGHS's incumbent with its optimality gap: the caller keeps whichever plan is cheaper.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
-from optimus_eq.extract.prune import _graph, _Prepared
+from optimus_eq.extract.prune import _components, _Prepared
 from optimus_eq.extract.tree import _Problem
 
 ORDER_AFTER = 2
 BATCH = 1500  # e-nodes per milp call (independent components solved together)
+
+
+@dataclass
+class Solved:
+    """One exact solve of a batch of components.
+
+    Attributes:
+        pick: class -> chosen e-node for the batch's non-fixed classes the plan uses.
+        cost: the plan's cost on those classes (microseconds; tie-break terms excluded).
+        optimal: HiGHS proved it optimal (LP relaxation integral, or the MIP closed its gap).
+        gap: relative gap between ``cost`` and HiGHS's lower bound (0.0 when optimal).
+        rounds: solves run (each after cutting the cycles of the last plan).
+    """
+
+    pick: dict
+    cost: float
+    optimal: bool
+    gap: float
+    rounds: int
 
 
 def _plan_cycles(members: list[int], pick: dict[int, int], kids: list) -> list[list[int]]:
@@ -48,25 +71,10 @@ class _ILP:
     """Independent 0-1 ILPs over the pruned problem (see the module docstring)."""
 
     def __init__(self, p: _Problem, prep: _Prepared) -> None:
-        from scipy.sparse.csgraph import connected_components
-
         self.p, self.prep = p, prep
         self.order_after = ORDER_AFTER
-        C = len(p.cids)
-        fixed, cyclic, scc, reach = prep.fixed, prep.cyclic, prep.scc, prep.reach
-        # a class joins the ILP unless it is fixed (a cyclic fixed class stays: it carries an order variable)
-        inside = reach & ~(fixed & ~cyclic)
-        valid_edge = np.asarray(prep.valid, dtype=bool)[p.enode]
-        e = valid_edge & inside[p.esrc] & inside[p.flat]
-        src, dst = p.esrc[e], p.flat[e]
-        cyc = np.flatnonzero(cyclic & inside)
-        if len(cyc):  # keep each strongly connected component in one ILP, so that every cycle is inside one
-            _, first = np.unique(scc[cyc], return_index=True)
-            rep = np.full(C, -1, dtype=np.int64)
-            rep[scc[cyc[first]]] = cyc[first]
-            src = np.concatenate([src, rep[scc[cyc]]])
-            dst = np.concatenate([dst, cyc])
-        _, comp = connected_components(_graph(C, src, dst), directed=False)
+        fixed, cyclic, scc = prep.fixed, prep.cyclic, prep.scc
+        comp, inside = _components(p, np.asarray(prep.valid, dtype=bool), prep.reach, fixed, cyclic, scc)
         members = np.flatnonzero(inside)
         order = members[np.argsort(comp[members], kind="stable")]
         labels = comp[order]
@@ -83,8 +91,14 @@ class _ILP:
         self.cyclic = cyclic.tolist()
         self.scc = scc.tolist()
 
-    def solve(self, group: list[int], seconds: float, max_rounds: int) -> tuple[dict[int, int] | None, int, str]:
-        """Choose an e-node for the classes of ``group`` (several independent components at once)."""
+    def solve(self, group: list[int], seconds: float, max_rounds: int,
+              start: list[int] | None = None, used: set | None = None) -> tuple[Solved | None, int, str]:
+        """Choose an e-node for the classes of ``group`` (several independent components at once).
+
+        ``start`` (class -> e-node, acyclic) and ``used`` (the classes that plan needs) warm-start HiGHS.
+        Returns ``(Solved, rounds, "")``, or ``(None, rounds, reason)`` when no acyclic plan came back (time
+        limit before any incumbent, cycle rounds exhausted, solver error).
+        """
         p, prep, fixed, mandatory = self.p, self.prep, self.fixed, self.mandatory
         vnodes = {c: prep.vnodes(c) for c in group}
         var_nodes = [i for c in group if not fixed[c] for i in vnodes[c]]
@@ -118,6 +132,25 @@ class _ILP:
                 lo.append(0.0)
                 r += 1
         hi = [np.inf] * r
+        # two e-nodes that need each other's class close a cycle: forbid every such pair up front (the
+        # cycles the pruning keeps are mostly of this kind, x = cat([x, <empty>]); cutting them lazily cost
+        # a solve each)
+        cyclic = self.cyclic
+        for i in var_nodes:
+            c = p.ncls[i]
+            if not cyclic[c]:
+                continue
+            for k in set(kids[i]):
+                if not cyclic[k] or k not in vnodes or fixed[k]:
+                    continue
+                for j in vnodes[k]:
+                    if j > i and c in kids[j]:
+                        rows.extend([r, r])
+                        cols.extend([index[i], index[j]])
+                        vals.extend([1.0, 1.0])
+                        lo.append(-np.inf)
+                        hi.append(1.0)
+                        r += 1
         ordered: set[int] = set()  # SCCs that got topological-order variables
         tvar: dict[int, int] = {}   # class -> column of its order variable
         tub: list[float] = []
@@ -140,10 +173,19 @@ class _ILP:
             left = deadline - time.perf_counter()
             if left <= 0:
                 return None, rnd - 1, "ilp time limit"
-            x = _milp(np.concatenate([cost, np.zeros(len(tvar))]), rows, cols, vals, lo, hi, nx,
-                      np.concatenate([np.ones(nx), tub]), left)
-            if isinstance(x, str):
-                return None, rnd, x
+            x0 = None
+            if start is not None and used is not None:
+                x0 = np.zeros(nx + len(tvar))
+                for c in group:
+                    if not fixed[c] and c in used:
+                        x0[index[start[c]]] = 1.0
+                if tvar:
+                    x0[nx:] = self._order_values(tvar, start, used)
+            res = _milp(np.concatenate([cost, np.zeros(len(tvar))]), rows, cols, vals, lo, hi, nx,
+                        np.concatenate([np.ones(nx), tub]), left, x0)
+            if isinstance(res, str):
+                return None, rnd, res
+            x, optimal, gap = res
             chosen: dict[int, int] = {}
             for k in np.flatnonzero(x[:nx] > 0.5).tolist():
                 i = var_nodes[k]
@@ -160,7 +202,10 @@ class _ILP:
             members = [c for c in group if c in pick]
             cycles = _plan_cycles(members, pick, kids)
             if not cycles:
-                return {c: pick[c] for c in members if not fixed[c]}, rnd, ""
+                got = {c: pick[c] for c in members if not fixed[c]}
+                return Solved(got, sum(p.cost[i] for i in got.values()), optimal, gap, rnd), rnd, ""
+            if not optimal:  # an incumbent at the time limit that cycles: no time left to cut and solve again
+                return None, rnd, "ilp time limit (cyclic incumbent)"
             for cyc in cycles:  # forbid every cycle of this plan
                 free = [index[i] for i in cyc if i in index]
                 if not free:
@@ -174,6 +219,31 @@ class _ILP:
             if rnd >= self.order_after:  # an SCC that keeps cycling gets order variables
                 order({self.scc[p.ncls[cyc[0]]] for cyc in cycles} - ordered)
         return None, max_rounds, "ilp cycle rounds exhausted"
+
+    def _order_values(self, tvar: dict, start: list[int], used: set) -> np.ndarray:
+        """Order variables that make the acyclic plan ``start`` satisfy the order rows: one more than the
+        largest value among the chosen e-node's children in the same SCC (0 for an unused class)."""
+        kids = self.p.kids
+        t = {c: 0.0 for c in tvar}
+        done: set = set()
+        for c0 in tvar:
+            if c0 in done or c0 not in used:
+                continue
+            stack = [(c0, False)]
+            while stack:
+                c, post = stack.pop()
+                if post:
+                    t[c] = 1.0 + max((t[k] for k in kids[start[c]] if k in tvar), default=-1.0)
+                    continue
+                if c in done:
+                    continue
+                done.add(c)
+                stack.append((c, True))
+                stack.extend((k, False) for k in kids[start[c]] if k in tvar and k not in done)
+        out = np.zeros(len(tvar))
+        for c, col in tvar.items():
+            out[col - min(tvar.values())] = t[c]
+        return out
 
     def _order_rows(self, members, vnodes, index, tvar, rows, cols, vals, lo, hi, r) -> int:
         """Rows ``t_c - t_k >= 1`` for every e-node of ``c`` needing ``k`` (both in one SCC), when chosen."""
@@ -197,9 +267,10 @@ class _ILP:
         return r
 
 
-def _milp(cost, rows, cols, vals, lo, hi, n_int, ub, seconds):
-    """Solve min cost.x, lo <= A x <= hi, 0 <= x <= ub, the first n_int columns binary. Returns x or a
-    reason (str)."""
+def _milp(cost, rows, cols, vals, lo, hi, n_int, ub, seconds, start=None):
+    """Solve min cost.x, lo <= A x <= hi, 0 <= x <= ub, the first n_int columns binary, from the feasible
+    point ``start`` if given. Returns ``(x, optimal, gap)`` (at the time limit: HiGHS's incumbent, its
+    relative gap) or a reason (str)."""
     from scipy.sparse import csc_matrix
 
     n = len(cost)
@@ -207,7 +278,7 @@ def _milp(cost, rows, cols, vals, lo, hi, n_int, ub, seconds):
     if _highs() is not None:
         try:
             return _highs_direct(cost, a, np.asarray(lo, dtype=float), np.asarray(hi, dtype=float), n_int, ub,
-                                 seconds)
+                                 seconds, start)
         except _HighsUnavailable:
             pass
     from scipy.optimize import Bounds, LinearConstraint, milp
@@ -216,9 +287,11 @@ def _milp(cost, rows, cols, vals, lo, hi, n_int, ub, seconds):
     integrality[:n_int] = 1
     res = milp(cost, constraints=LinearConstraint(a, lo, hi), integrality=integrality,
                bounds=Bounds(np.zeros(n), ub), options={"time_limit": seconds})
-    if res.x is None or res.status != 0:
+    if res.x is None:
         return f"ilp status {res.status}: {res.message}"
-    return res.x
+    if res.status != 0:  # a limit, with a feasible incumbent
+        return res.x, False, float(getattr(res, "mip_gap", None) or np.inf)
+    return res.x, True, 0.0
 
 
 class _HighsUnavailable(Exception):
@@ -240,11 +313,12 @@ def _highs():
     return _HIGHS[0]
 
 
-def _highs_direct(cost, a, lo, hi, n_int, ub, seconds):
+def _highs_direct(cost, a, lo, hi, n_int, ub, seconds, start=None):
     """HiGHS through the bindings scipy ships (what ``milp`` does, minus ~1 ms of Python per call).
 
     The LP relaxation is solved first: on these problems it is almost always integral (every batch of the
-    synthetic benchmarks), and then it is the ILP's optimum, found 4x faster than by the MIP solver.
+    synthetic benchmarks), and then it is the ILP's optimum, found 4x faster than by the MIP solver. The MIP
+    starts from ``start`` (a feasible 0-1 point) and, stopped at its time limit, returns its incumbent.
     """
     h = _highs()
     n = len(cost)
@@ -270,6 +344,11 @@ def _highs_direct(cost, a, lo, hi, n_int, ub, seconds):
             highs.setOptionValue("time_limit", float(max(deadline - time.perf_counter(), 1e-3)))
             if highs.passModel(lp) == h.HighsStatus.kError:
                 raise _HighsUnavailable
+            if not relaxed and start is not None:
+                sol = h.HighsSolution()
+                sol.col_value = np.asarray(start, dtype=float)
+                sol.value_valid = True
+                highs.setSolution(sol)
             highs.run()
         except _HighsUnavailable:
             raise
@@ -277,8 +356,16 @@ def _highs_direct(cost, a, lo, hi, n_int, ub, seconds):
             raise _HighsUnavailable from exc
         status = highs.getModelStatus()
         if status != h.HighsModelStatus.kOptimal:
+            info = highs.getInfo()
+            if (not relaxed and info.primal_solution_status == 2  # kSolutionStatusFeasible: an incumbent
+                    and status in (h.HighsModelStatus.kTimeLimit, h.HighsModelStatus.kIterationLimit,
+                                   h.HighsModelStatus.kInterrupt)):
+                x = np.asarray(highs.getSolution().col_value)
+                return x, False, float(info.mip_gap)
             return f"ilp status {highs.modelStatusToString(status)}"
         x = np.asarray(highs.getSolution().col_value)
         if not relaxed or np.all(np.abs(x[:n_int] - np.round(x[:n_int])) <= 1e-7):
-            return x
+            return x, True, 0.0
+        if time.perf_counter() >= deadline:
+            return "ilp time limit"
     raise AssertionError("unreachable")

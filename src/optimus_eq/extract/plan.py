@@ -5,7 +5,7 @@ cycles, and the cost of the input graph (:func:`input_cost`, the plan that keeps
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from optimus_eq.cost import GPUCostModel
 from optimus_eq.extract.view import EGraphView, no_gc
@@ -13,7 +13,24 @@ from optimus_eq.extract.view import EGraphView, no_gc
 
 @dataclass
 class Extraction:
-    """The chosen e-node per needed e-class, and what extraction did."""
+    """The chosen e-node per needed e-class, and what extraction did.
+
+    Attributes:
+        choice: e-class id -> chosen e-node id, for every e-class the plan needs.
+        dag_cost: the plan's cost (microseconds, each chosen e-node paid once).
+        method: ``"tree"`` (the tree plan), ``"tree+refine"`` (improved by local search: the fast plan),
+            ``"ilp"`` (every component of the choice core solved exactly, proven optimal), or the fast
+            method's name plus ``"+ilp"`` (some components solved exactly).
+        seconds: wall-clock seconds of the extraction.
+        ilp_rounds: most ILP solves of one batch (cycle cuts).
+        note: what happened, for people (components left to the fast plan and why, gaps, pruning).
+        stats: the same as data: ``e_nodes``, ``e_classes``, ``choice_classes`` (reachable e-classes with more
+            than one possible e-node), ``tree_cost``, ``fast_cost`` (after local search), ``refine_moves``,
+            ``components`` (of the choice core) and ``largest_component`` (e-nodes), ``exact_components``
+            (solved by HiGHS), ``exact_optimal``, ``exact_improved``, ``exact_max_gap`` (relative, of those
+            stopped at their time budget), ``over_limit`` (sizes of components left to the fast plan),
+            ``deadline_skipped`` (components the deadline left to the fast plan), ``exact_s``, ``cost``.
+    """
 
     choice: dict
     dag_cost: float
@@ -21,6 +38,7 @@ class Extraction:
     seconds: float
     ilp_rounds: int = 0
     note: str = ""
+    stats: dict = field(default_factory=dict)
 
 
 def chosen_list(view: EGraphView, choice: dict, list_cls) -> list:

@@ -38,7 +38,8 @@ def _sccs(C: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndar
     return label, np.bincount(label, minlength=C)[label] > 1
 
 
-def _prune_cycles(p: _Problem, valid: np.ndarray, scc: np.ndarray, cyclic: np.ndarray, reach: np.ndarray) -> int:
+def _prune_cycles(p: _Problem, valid: np.ndarray, scc: np.ndarray, cyclic: np.ndarray, reach: np.ndarray,
+                  allow: np.ndarray | None = None) -> int:
     """Drop e-nodes whose every derivation needs their own class (they can be in no acyclic plan).
 
     Per strongly connected component S, ``need[c]`` (a bitset over S) under-approximates the classes of S
@@ -48,6 +49,10 @@ def _prune_cycles(p: _Problem, valid: np.ndarray, scc: np.ndarray, cyclic: np.nd
 
     On split/cat graphs this removes every cycle of the e-graph we have seen (``x`` is ``view(cat(
     unsqueeze(select(view(x)))))``: the cat can only be computed from ``x`` itself).
+
+    Only strongly connected components whose classes are all ``allow``ed (default: all) are pruned: the
+    bitsets cost O(size^2) per component (0.5 s for the eight of 128 parallel branches x 2 layers, 4,342
+    classes, which pruned 2 e-nodes), worth it only where the exact solver will run.
     """
     members: dict[int, list[int]] = defaultdict(list)
     for c in np.flatnonzero(cyclic & reach).tolist():
@@ -55,6 +60,8 @@ def _prune_cycles(p: _Problem, valid: np.ndarray, scc: np.ndarray, cyclic: np.nd
     kids, cnodes = p.kids, p.cnodes
     dropped = 0
     for ms in members.values():
+        if allow is not None and not allow[ms].all():
+            continue
         bit = {c: 1 << k for k, c in enumerate(ms)}
         inner = {c: [(i, [k for k in kids[i] if k in bit]) for i in cnodes[c] if valid[i]] for c in ms}
         parents: dict[int, set[int]] = defaultdict(set)
@@ -115,7 +122,41 @@ class _Prepared:
         return [i for i in self.cnodes[c] if valid[i]]
 
 
-def _prepare(p: _Problem, tree_pick: list[int], rroots: list[int]) -> _Prepared:
+def _fixed(p: _Problem, valid: np.ndarray, ev: np.ndarray, rroots: list[int]):
+    """Per class: valid e-nodes, needed by every plan (mandatory), and fixed (mandatory with one e-node)."""
+    C = len(p.cids)
+    nvalid = np.bincount(p.ncls_a[valid], minlength=C)
+    single = ev & (nvalid[p.esrc] == 1)
+    mandatory = _bfs(C, p.esrc[single], p.flat[single], rroots)
+    return nvalid, mandatory, mandatory & (nvalid == 1)
+
+
+def _components(p: _Problem, valid: np.ndarray, reach: np.ndarray, fixed: np.ndarray, cyclic: np.ndarray,
+                scc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Independent components of the choice problem: classes linked by valid e-nodes, fixed acyclic classes
+    left out, each strongly connected component kept whole (so that every cycle lies inside one). Returns
+    (component label per class, mask of the classes inside some component)."""
+    from scipy.sparse.csgraph import connected_components
+
+    C = len(p.cids)
+    inside = reach & ~(fixed & ~cyclic)  # a cyclic fixed class stays: it carries an order variable
+    e = valid[p.enode] & inside[p.esrc] & inside[p.flat]
+    src, dst = p.esrc[e], p.flat[e]
+    cyc = np.flatnonzero(cyclic & inside)
+    if len(cyc):
+        _, first = np.unique(scc[cyc], return_index=True)
+        rep = np.full(C, -1, dtype=np.int64)
+        rep[scc[cyc[first]]] = cyc[first]
+        src = np.concatenate([src, rep[scc[cyc]]])
+        dst = np.concatenate([dst, cyc])
+    _, comp = connected_components(_graph(C, src, dst), directed=False)
+    return comp, inside
+
+
+def _prepare(p: _Problem, tree_pick: list[int], rroots: list[int], prune_max: int | None = None) -> _Prepared:
+    """The pruned problem. With ``prune_max``, only cycles inside components of at most that many e-nodes
+    (before pruning; pruning only splits components) are pruned: larger ones go to the local search, which
+    keeps its plans acyclic by itself."""
     C, N = len(p.cids), len(p.kids)
     derivable = np.asarray(tree_pick, dtype=np.int64) >= 0
     bad_kid = np.bincount(p.enode, weights=~derivable[p.flat], minlength=N) > 0
@@ -135,11 +176,14 @@ def _prepare(p: _Problem, tree_pick: list[int], rroots: list[int]) -> _Prepared:
     ev, reach, scc, cyclic = structure(valid)
     pruned = 0
     if (cyclic & reach).any():
-        pruned = _prune_cycles(p, valid, scc, cyclic, reach)
+        allow = None
+        if prune_max is not None:
+            nvalid, _, fixed = _fixed(p, valid, ev, rroots)
+            comp, inside = _components(p, valid, reach, fixed, cyclic, scc)
+            size = np.bincount(comp[inside], weights=np.where(fixed, 0, nvalid)[inside], minlength=C)
+            allow = size[comp] <= prune_max
+        pruned = _prune_cycles(p, valid, scc, cyclic, reach, allow)
         if pruned:
             ev, reach, scc, cyclic = structure(valid)
-    nvalid = np.bincount(p.ncls_a[valid], minlength=C)
-    single = ev & (nvalid[p.esrc] == 1)
-    mandatory = _bfs(C, p.esrc[single], p.flat[single], rroots)
-    fixed = mandatory & (nvalid == 1)
+    nvalid, mandatory, fixed = _fixed(p, valid, ev, rroots)
     return _Prepared(valid.tolist(), reach, nvalid, mandatory, fixed, scc, cyclic, pruned, p.cnodes)

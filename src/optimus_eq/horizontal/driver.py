@@ -45,6 +45,8 @@ class HorizontalContext:
         fired: pattern name -> groups fused (greedy) or fused alternatives added (eqsat).
         members: pattern name -> ops in those groups.
         level: the graph's IR level (``"pre_grad"`` or ``"post_grad"``; gradient signatures are pre-grad only).
+        skipped: rounds not run because the e-graph's deadline (``Limits.seconds`` of the whole call) had
+            passed.
     """
 
     tr: object
@@ -54,6 +56,7 @@ class HorizontalContext:
     members: Counter = field(default_factory=Counter)
     alloc: IdAlloc | None = None
     level: str = "pre_grad"
+    skipped: int = 0
 
 
 def pattern_options(pattern, overrides: dict) -> dict:
@@ -101,8 +104,13 @@ def plan_of(egraph, ctx: HorizontalContext):
 def fuse_round(egraph, patterns: Sequence, ctx: HorizontalContext, destructive: bool) -> int:
     """Find groups for ``patterns`` on the current plan and add their fused alternatives to ``egraph``.
 
-    ``destructive`` (greedy) also subsumes each member's original e-node. Returns the number of groups.
+    ``destructive`` (greedy) also subsumes each member's original e-node. Returns the number of groups; 0
+    without looking when the e-graph's deadline has passed (counted in ``ctx.skipped``).
     """
+    past = getattr(egraph, "past_deadline", None)
+    if past is not None and past():
+        ctx.skipped += 1
+        return 0
     if ctx.alloc is None:
         ctx.alloc = IdAlloc(ctx.tr.rows)
     view, choice, outputs, contiguous = plan_of(egraph, ctx)
