@@ -120,3 +120,29 @@ def test_post_grad_backward_compiled_on_another_thread(no_compile_cache):
     lin.zero_grad(set_to_none=True)
     f(x.clone().requires_grad_(True)).sum().backward()
     torch.testing.assert_close(ours, (lin.weight.grad, lin.bias.grad))
+
+
+_EXIT_SCRIPT = """
+import threading, time, torch, optimus_eq
+def f(x):
+    a, b = torch.split(x, 2, 1)
+    return torch.cat([a.tanh(), b.tanh()], 1)
+done = threading.Event()
+def work():
+    optimus_eq.optimize(torch.fx.symbolic_trace(f), [torch.randn(3, 4)])
+    done.set()
+    time.sleep(1000)
+threading.Thread(target=work, daemon=True).start()
+done.wait()
+"""
+
+
+def test_no_unsendable_message_at_exit_with_a_live_optimizing_thread():
+    """A thread that optimized and still runs at exit (autograd's device thread on the GPU) leaves its
+    templates to the exiting thread; pyo3 must not complain that they are dropped there."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "unsendable" not in done.stderr, done.stderr[-2000:]

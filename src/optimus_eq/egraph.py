@@ -7,6 +7,7 @@ subsume their left-hand side (greedy) or keep it (eqsat).
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import json
 import os
@@ -113,10 +114,29 @@ class _Template:
         self.lock = threading.Lock()
         self.sizes = self.table_sizes()
         self.broken = False
+        _ALL_TEMPLATES.add(self)
 
     def table_sizes(self) -> list:
         (out,) = self.egraph.run_program(eb.PrintSize(_SPAN, None))
         return sorted(out.sizes)
+
+
+#: every live template, for :func:`_keep_foreign_templates_at_exit`
+_ALL_TEMPLATES: "weakref.WeakSet[_Template]" = weakref.WeakSet()
+
+
+@atexit.register
+def _keep_foreign_templates_at_exit() -> None:
+    """At interpreter exit, templates of threads still running (autograd's device thread, daemon threads)
+    would be dropped by the exiting thread, and pyo3 prints "EGraph is unsendable, but is being dropped on
+    another thread" for each: give each such e-graph one more reference instead, so it is never dropped
+    (the process is ending; the OS frees its memory)."""
+    import ctypes
+
+    me = threading.get_ident()
+    for template in list(_ALL_TEMPLATES):
+        if template.owner != me and template.egraph is not None:
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(template.egraph))
 
 
 #: per thread: program text -> its template (the most recently used few). Declaring the program costs
