@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import time
 import warnings
 from collections import Counter
@@ -54,33 +55,59 @@ def _strategy(name: str):
     raise ValueError(f"unknown strategy {name!r}; valid: {STRATEGIES}")
 
 
-def _ensure_meta(gm: GraphModule, example_inputs: Sequence | None, level: str = "pre_grad") -> None:
-    """Give every node FakeTensor meta (dynamo graphs have it; symbolic_trace graphs do not). Aten-IR
+def _ensure_meta(gm: GraphModule, example_inputs: Sequence | None, level: str = "pre_grad") -> GraphModule:
+    """``gm`` when its nodes carry FakeTensor meta (dynamo graphs have it; symbolic_trace graphs do not), else
+    a copy of it (same attributes, copied graph) whose meta is computed from ``example_inputs``: the user's
+    graph is left as it was, so a later call with inputs of other shapes does not read this call's meta
+    (it did: the second call's graph was specialized to the first call's shapes). Aten-IR
     graphs carry ``val`` on every node that returns something (``val`` is None for ops returning None):
     there only the placeholders are checked. In a Torch-IR graph a call nobody reads (dynamo's
     ``_set_grad_enabled`` of a ``with torch.no_grad():``, ``_log_api_usage_once``) returns None and has no
     meta: it does not make the graph lack meta. Rerunning FakeTensorProp over dynamo's meta would lose its
     ``requires_grad`` (FakeTensorProp stores detached FakeTensors), which training pricing
-    (:func:`optimus_eq.extract.grad.gradient_info`) and split lowering read."""
-    from optimus_bridge.translate import meta_val
+    (:func:`optimus_eq.extract.grad.gradient_info`) and split lowering read.
 
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    needed = placeholders if level == "post_grad" else [
-        n for n in gm.graph.nodes if n.op == "placeholder" or (n.op != "output" and n.users)]
-    if all(meta_val(n) is not None for n in needed):
-        return
+    Raises:
+        ValueError: the graph has no meta and no ``example_inputs`` came (inside ``optimize``'s fail-safe:
+            Inductor's custom-pass hooks pass none, and a graph without meta there is left as it was).
+    """
+    if _has_meta(gm, level):
+        return gm
+    _check_example_inputs(gm, example_inputs)
     if example_inputs is None:
-        raise ValueError("the graph has no FakeTensor meta; pass example_inputs")
-    if len(example_inputs) != len(placeholders):
-        raise ValueError(f"{len(example_inputs)} example inputs for {len(placeholders)} placeholders")
+        raise ValueError("the graph has no FakeTensor meta (torch.fx.symbolic_trace graphs have none); pass "
+                         "example_inputs, one value per placeholder")
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
     mode = torch._guards.detect_fake_mode(example_inputs) or FakeTensorMode(allow_non_fake_inputs=True)
+    gm = GraphModule(gm, copy.deepcopy(gm.graph), class_name=type(gm).__name__)
     FakeTensorProp(gm, mode).propagate(*example_inputs)
     for n in gm.graph.nodes:
         if "val" in n.meta:
             n.meta.setdefault("example_value", n.meta["val"])
+    return gm
+
+
+def _has_meta(gm: GraphModule, level: str) -> bool:
+    """Whether the nodes :func:`_ensure_meta` needs carry FakeTensor meta."""
+    from optimus_bridge.translate import meta_val
+
+    needed = [n for n in gm.graph.nodes if n.op == "placeholder" or (
+        level != "post_grad" and n.op != "output" and n.users)]
+    return all(meta_val(n) is not None for n in needed)
+
+
+def _check_example_inputs(gm: GraphModule, example_inputs: Sequence | None) -> None:
+    """The user's ``example_inputs``, when given, have one value per placeholder of ``gm``.
+
+    Raises:
+        ValueError: naming both counts.
+    """
+    placeholders = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
+    if example_inputs is not None and len(example_inputs) != placeholders:
+        raise ValueError(f"{len(example_inputs)} example inputs for {placeholders} placeholders of the graph "
+                         "(example_inputs has one value per placeholder)")
 
 
 def ir_level(gm: GraphModule) -> str:
@@ -163,8 +190,9 @@ def optimize(
         itself for ``"none"`` or after a fallback) and a :class:`Report`.
 
     Raises:
-        ValueError: for an unknown strategy, level, pattern, extractor or option name, or an option value
-            out of range (the message lists the valid ones; :mod:`optimus_eq.validate`).
+        ValueError: for an unknown strategy, level, pattern, extractor or option name, an option value
+            out of range (the message lists the valid ones; :mod:`optimus_eq.validate`), or
+            ``example_inputs`` whose count is not the graph's number of placeholders.
         TypeError: for a ``gm`` that is not a GraphModule, or an option of the wrong type (``limits`` as a
             dict, ``min_fuse_set_size="two"``, a ``cost_model`` that is not one).
         NotImplementedError: for a built-in Optimus pass name that optimus_eq does not implement yet.
@@ -183,6 +211,8 @@ def optimize(
         raise TypeError(f"example_inputs must be a list or tuple (one per placeholder), got {type(example_inputs).__name__}")
     if level is None:
         level = ir_level(gm)
+    if strategy != "none":
+        _check_example_inputs(gm, example_inputs)
     chosen, pattern_options = _prepare(strategy, patterns, limits, extractor, cost_model, ilp_seconds, ilp_max_nodes,
                                        registry, strategy_options, level, pre_grad_fusion_options,
                                        post_grad_fusion_options, pattern_options)
@@ -407,7 +437,7 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
         extractor = getattr(search_mod, "EXTRACTOR", extractor)
 
     t0 = time.perf_counter()
-    _ensure_meta(gm, example_inputs, level)
+    gm = _ensure_meta(gm, example_inputs, level)
     tr = translate(gm)
     with EGraph(patterns, subsume=search_mod.SUBSUME) as egraph:
         egraph.deadline = deadline
