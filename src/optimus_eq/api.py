@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import copy
 import time
 import warnings
 from collections import Counter
 from typing import Iterable, Sequence
 
-import torch
 from torch.fx import GraphModule
 
 from optimus_eq import validate
@@ -16,6 +14,7 @@ from optimus_eq.cost import GPUCostModel
 from optimus_eq.egraph import EGraph, Limits, is_rust_panic
 from optimus_eq.extract import EGraphView, NoAcyclicTerm, extract, input_cost, no_gc
 from optimus_eq.extract.grad import gradient_info
+from optimus_eq.graph_meta import _check_example_inputs, _ensure_meta, ir_level  # noqa: F401 (ir_level: public here)
 from optimus_eq.options import select_patterns
 from optimus_eq.patterns import DEFAULT_REGISTRY, PatternRegistry
 from optimus_eq.report import Report
@@ -53,80 +52,6 @@ def _strategy(name: str):
 
         return tensat
     raise ValueError(f"unknown strategy {name!r}; valid: {STRATEGIES}")
-
-
-def _ensure_meta(gm: GraphModule, example_inputs: Sequence | None, level: str = "pre_grad") -> GraphModule:
-    """``gm`` when its nodes carry FakeTensor meta (dynamo graphs have it; symbolic_trace graphs do not), else
-    a copy of it (same attributes, copied graph) whose meta is computed from ``example_inputs``: the user's
-    graph is left as it was, so a later call with inputs of other shapes does not read this call's meta
-    (it did: the second call's graph was specialized to the first call's shapes). Aten-IR
-    graphs carry ``val`` on every node that returns something (``val`` is None for ops returning None):
-    there only the placeholders are checked. In a Torch-IR graph a call nobody reads (dynamo's
-    ``_set_grad_enabled`` of a ``with torch.no_grad():``, ``_log_api_usage_once``) returns None and has no
-    meta: it does not make the graph lack meta. Rerunning FakeTensorProp over dynamo's meta would lose its
-    ``requires_grad`` (FakeTensorProp stores detached FakeTensors), which training pricing
-    (:func:`optimus_eq.extract.grad.gradient_info`) and split lowering read.
-
-    Raises:
-        ValueError: the graph has no meta and no ``example_inputs`` came (inside ``optimize``'s fail-safe:
-            Inductor's custom-pass hooks pass none, and a graph without meta there is left as it was).
-    """
-    if _has_meta(gm, level):
-        return gm
-    _check_example_inputs(gm, example_inputs)
-    if example_inputs is None:
-        raise ValueError("the graph has no FakeTensor meta (torch.fx.symbolic_trace graphs have none); pass "
-                         "example_inputs, one value per placeholder")
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
-
-    mode = torch._guards.detect_fake_mode(example_inputs) or FakeTensorMode(allow_non_fake_inputs=True)
-    gm = GraphModule(gm, copy.deepcopy(gm.graph), class_name=type(gm).__name__)
-    FakeTensorProp(gm, mode).propagate(*example_inputs)
-    for n in gm.graph.nodes:
-        if "val" in n.meta:
-            n.meta.setdefault("example_value", n.meta["val"])
-    return gm
-
-
-def _has_meta(gm: GraphModule, level: str) -> bool:
-    """Whether the nodes :func:`_ensure_meta` needs carry FakeTensor meta."""
-    from optimus_bridge.translate import meta_val
-
-    needed = [n for n in gm.graph.nodes if n.op == "placeholder" or (
-        level != "post_grad" and n.op != "output" and n.users)]
-    return all(meta_val(n) is not None for n in needed)
-
-
-def _check_example_inputs(gm: GraphModule, example_inputs: Sequence | None) -> None:
-    """The user's ``example_inputs``, when given, have one value per placeholder of ``gm``.
-
-    Raises:
-        ValueError: naming both counts.
-    """
-    placeholders = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
-    if example_inputs is not None and len(example_inputs) != placeholders:
-        raise ValueError(f"{len(example_inputs)} example inputs for {placeholders} placeholders of the graph "
-                         "(example_inputs has one value per placeholder)")
-
-
-def ir_level(gm: GraphModule) -> str:
-    """The IR level of ``gm``: ``"post_grad"`` for an Aten-IR graph (some call targets an aten OpOverload and
-    none a Torch-IR function or method: AOTAutograd's graphs, ``ExportedProgram.module()``), else
-    ``"pre_grad"`` (dynamo's and ``symbolic_trace``'s graphs; a graph of only ``operator`` calls too)."""
-    import operator
-
-    aten = torch_ir = False
-    for n in gm.graph.nodes:
-        if n.op == "call_method":
-            torch_ir = True
-        elif n.op == "call_function":
-            if isinstance(n.target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
-                aten = True
-            elif getattr(n.target, "__module__", None) not in (operator.__name__, "_operator", "builtins") \
-                    and not isinstance(n.target, torch._ops.HigherOrderOperator):
-                torch_ir = True
-    return "post_grad" if aten and not torch_ir else "pre_grad"
 
 
 def optimize(
