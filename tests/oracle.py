@@ -26,7 +26,7 @@ tensor, zeros included -> ours a tensor), and aliasing among inputs and outputs 
 Fallback, where no float64 reference is fair: when the function cannot run on float64 copies of its
 inputs (it raises: a dtype-specific op such as a matmul with a float32 constant, an op without a
 float64 kernel), when its float64 run returns an output of another dtype, shape or structure than
-float64 (an explicit ``.half()`` or ``.float()`` inside), and for outputs that eager itself computes
+float64 (casts inside run as casts to float64: :class:`widened`), and for outputs that eager itself computes
 in float64 or complex (there is no wider reference), the values are compared with eager's directly by
 ``torch.testing.assert_close`` at its defaults for the dtype (bf16/fp16 gradients: rtol 4e-2,
 atol 1e-2, as before). Each fallback is counted in :data:`FALLBACKS` by reason. Functions that mutate
@@ -61,6 +61,27 @@ _LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
 # -- the float64 reference -------------------------------------------------------------------------
+
+#: floating dtypes a cast inside the function may name; the float64 run casts to float64 instead
+_NARROW_FLOATS = (torch.float32, torch.bfloat16, torch.float16)
+#: Tensor methods that cast to a fixed floating dtype
+_NARROWING_METHODS = {torch.Tensor.float, torch.Tensor.half, torch.Tensor.bfloat16}
+
+
+class widened(torch.overrides.TorchFunctionMode):
+    """Within this mode, every floating dtype named in a torch call (``x.to(torch.bfloat16)``,
+    ``torch.zeros(..., dtype=torch.float16)``, ``x.half()``) is float64, so that a function with casts
+    inside runs wholly in float64: its float64 run is then a reference for its outputs as for a function
+    without casts (eager's error against it includes the roundings of its low-precision steps, which
+    ours may make in another order)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _NARROWING_METHODS:
+            return args[0].double()
+        wide = lambda a: torch.float64 if isinstance(a, torch.dtype) and a in _NARROW_FLOATS else a  # noqa: E731
+        return func(*[wide(a) for a in args], **{k: wide(v) for k, v in kwargs.items()})
+
 
 @dataclass
 class Reference:
@@ -155,7 +176,7 @@ def float64_reference(fn: Callable[..., Any], args: Sequence, module: torch.nn.M
             run = lambda *a: fn(m64, *a)  # noqa: E731
         else:
             run = _module64(fn, ref.copies) if isinstance(fn, torch.nn.Module) else fn
-        with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+        with torch.random.fork_rng(devices=[]), warnings.catch_warnings(), widened():
             warnings.simplefilter("ignore")
             ref.outputs = tree_leaves(run(*args64))
     except Exception as exc:  # the function cannot run in float64: compare with eager directly

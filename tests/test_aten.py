@@ -1,7 +1,7 @@
 """The Aten-IR (post-grad) level: vocabulary, translation and lowering of AOTAutograd graphs, the post-grad
 patterns, the in-place CustomGraphPass and the entry points.
 
-Graphs come from AOTAutograd (``aot_function`` with Inductor's decomposition table), forward and backward,
+Graphs come from AOTAutograd (``torch.compile`` with an ``aot_autograd`` backend, with Inductor's decomposition table), forward and backward,
 the way Inductor's post-grad passes get them. :func:`aot_check` runs :func:`optimus_eq.post_grad_pass` in
 place on both graphs inside the AOT compilers and compares the compiled function with eager: outputs
 (values, dtypes, shapes, observable strides) and gradients of every input through a random weighted sum
@@ -22,6 +22,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from torch._dynamo.utils import counters
+from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import aot_function, make_boxed_func
 from torch._inductor.decomposition import select_decomp_table
 from torch.utils._pytree import tree_leaves
@@ -77,7 +78,11 @@ def aot_check(fn: Callable, inputs, strategy: str, *, patterns=None, grad: bool 
         graphs.append(gm)
         return make_boxed_func(gm)
 
-    compiled = aot_function(fn, fw_compiler=compiler, bw_compiler=compiler, decompositions=select_decomp_table())
+    # through dynamo, as users compile: AOTAutograd's TracingContext then carries the forward graph's
+    # output layout (user outputs, then tensors saved for backward), which the pass reads
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, fullgraph=True, dynamic=False, backend=aot_autograd(
+        fw_compiler=compiler, bw_compiler=compiler, decompositions=select_decomp_table()))
     ref_in = [_clone(x, grad) for x in inputs]
     opt_in = [_clone(x, grad) for x in inputs]
     ref64 = oracle.float64_reference(fn, ref_in)

@@ -452,3 +452,96 @@ def test_zero_size_pieces_keep_the_egraph_consistent():
 
     got = run_program(f, make_inputs, ["eqsat"], pattern_options=SMALL)["eqsat"]
     assert got.kind == "ok", got
+
+
+# -- post-grad output aliasing (fuzz_h200_2026-12-01) ----------------------------------------------
+
+def _post_grad_ok(f, make_inputs, ok=("ok",)):
+    from fuzzing import SMALL, run_program
+
+    got = run_program(f, make_inputs, list(STRATEGIES), level="post_grad", pattern_options=SMALL)
+    for strategy, outcome in got.items():
+        assert outcome.kind in ok, (strategy, outcome)
+
+
+def test_post_grad_outputs_that_overlap_in_eager_overlap_here():
+    """Seed 102947: ``v2 = stack([x]); return v2, v2.split(6, 3)[0]``. AOTAutograd returns both outputs as
+    the graph gives them (``non_alias``, ``unsafe_view_alias``: it regenerates only aliases of inputs and
+    intermediate bases), so they must overlap as in eager. The stack became a view of the input, and
+    each output got its own copy: two tensors where eager has one. Output aliasing is now kept at Aten-IR
+    as at Torch-IR (``output_alias_nodes``, and lowering's overlap check at every level)."""
+
+    def f(x0):
+        v2 = torch.stack([x0], -4)
+        return (x0.permute([3, 0, 2, 1]), v2, v2.clamp(min=0.1), torch.split(v2, 6, dim=3)[0])
+
+    def make_inputs():
+        x = rand(8, 4, 6, 1, seed=1).requires_grad_()
+        return [x], [x]
+
+    _post_grad_ok(f, make_inputs)
+
+
+def test_post_grad_lone_output_gets_the_copy():
+    """Seed 108637: ``stack([v4])`` (a new tensor in eager) became ``v4.unsqueeze`` here, a view of the
+    storage that two other outputs (views of v4) share as in eager. The copy must go to the stack's output,
+    not to one of the pair (which then no longer overlapped: a fallback before)."""
+
+    def f(x1):
+        v4 = (x1 + x1).reshape(1, -1).split(1, 0)[0]
+        return (torch.stack([v4], 2), v4.unsqueeze(0), v4.view(-1))
+
+    def make_inputs():
+        return [rand(1, 8, 2, 4, seed=2)], []
+
+    _post_grad_ok(f, make_inputs)
+
+
+def test_post_grad_view_of_an_empty_input_is_still_a_view():
+    """Seed 108775: x of shape [6, 0]; ``cat([x]).detach()`` folded to ``x.detach()``, a view of the
+    input that requires grad (through AOTAutograd's Function), where eager's is a new tensor. Storage
+    identity ignored empty tensors; output aliasing now counts them."""
+
+    def f(x0):
+        return (torch.stack([x0, x0], 2), x0.detach(), torch.cat([x0], -1).detach(), x0)
+
+    def make_inputs():
+        x = rand(6, 0, seed=3).requires_grad_()
+        return [x], [x]
+
+    _post_grad_ok(f, make_inputs)
+
+
+def test_post_grad_cast_of_a_folded_input_does_not_require_grad():
+    """Seed 108373: ``prims.convert_element_type`` sets requires_grad from its input even under no_grad
+    (AOTAutograd runs an inference graph so). Folding the reshape/clone chain before it made its input the
+    graph input, which requires grad: the output required grad where eager's does not. Such a kept cast
+    whose input became a graph input is emitted as ``aten._to_copy`` (``IRLevel.grad_mode_blind``)."""
+
+    def f(x0):
+        v2 = torch.cat([x0.reshape(8, 6)], 1)
+        return (v2.reshape(8, -1).view(8, 6).reshape(8, -1).to(torch.bfloat16).detach(),)
+
+    def make_inputs():
+        x = rand(8, 6, seed=4).half().requires_grad_()
+        return [x], [x]
+
+    _post_grad_ok(f, make_inputs)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_restrided_output_that_overlaps_another_falls_back(strategy):
+    """Seed 103040: x permuted; ``v = sigmoid(cat([x * x], 1))`` is contiguous in eager, x's layout once the
+    cat folds; outputs ``v.unsqueeze(0)`` and ``v[3:]`` share v's storage. Lowering gave each its own
+    contiguous copy: eager's layout, but no longer one storage. It now falls back (the original graph)."""
+    from fuzzing import run_program
+
+    def f(x1):
+        v5 = torch.sigmoid(torch.cat([x1 * x1], 1))
+        return (v5.unsqueeze(0), v5[3:])
+
+    def make_inputs():
+        return [rand(2, 3, 6, seed=5).permute(2, 1, 0)], []
+
+    got = run_program(f, make_inputs, [strategy])[strategy]
+    assert got.kind in ("ok", "fallback"), got

@@ -210,3 +210,36 @@ def test_module_parameters_run_in_float64():
     assert m.weight.dtype == torch.float32
     assert ref.of(m.weight).dtype == torch.float64
     torch.testing.assert_close(ref.outputs[0].float(), m(x))
+
+
+def _cast_sum_rows(x):
+    """A float32 function with a bfloat16 step inside (the fuzzer's ``casts``)."""
+    return x.to(torch.bfloat16).sum(1).float()
+
+
+def _cast_reassociated_sum_rows(x):
+    return torch.stack([c.sum(1) for c in x.to(torch.bfloat16).chunk(7, 1)], 1).sum(1).float()
+
+
+def test_casts_inside_run_in_float64():
+    """A cast inside the function runs as a cast to float64 (``oracle.widened``), so a function with a
+    bf16 step still has a float64 reference: a bf16 sum in another order passes (eager is as far from the
+    reference), and an error of 10% of the largest value fails."""
+    x = _big_rows(3)[:, :64] / 1000
+    ref = oracle.float64_reference(_cast_sum_rows, [x])
+    assert ref.why_not is None and ref.outputs[0].dtype == torch.float64
+    eager = _cast_sum_rows(x)
+    oracle.assert_values(_cast_reassociated_sum_rows(x), eager, ref.outputs[0])
+    ours = eager.clone()
+    ours[5] += 0.1 * float(eager.abs().max())
+    with pytest.raises(AssertionError, match="from the float64 reference"):
+        oracle.assert_values(ours, eager, ref.outputs[0])
+
+
+def test_widened_keeps_integer_casts():
+    """Only floating dtypes widen: an integer cast inside stays one."""
+    with oracle.widened():
+        y = torch.tensor([1.7, -2.2], dtype=torch.float64).to(torch.int32)
+        z = torch.zeros(2, dtype=torch.float16)
+    assert y.dtype == torch.int32 and y.tolist() == [1, -2]
+    assert z.dtype == torch.float64

@@ -46,8 +46,28 @@ class AtenTranslator(Translator):
     vocab = aten_vocab
     #: AOTAutograd's graphs are functional over distinct inputs (:func:`~optimus_bridge.translate.frozen_nodes`)
     inputs_may_alias = False
-    #: AOTAutograd keeps the user's output aliasing itself (:func:`~optimus_bridge.translate.output_alias_nodes`)
-    keeps_output_aliasing = False
+
+    def visible_outputs(self) -> frozenset | None:
+        """The flat outputs the user sees: in a backward graph (placeholders ``tangents_*``) none, its
+        outputs are gradients handed to autograd; in AOTAutograd's forward or inference graph, by the
+        compile's ``fw_metadata`` (``TracingContext``), the user's outputs and the intermediate bases that
+        AOTAutograd regenerates aliases from, after the mutated inputs and before the tensors saved for
+        backward; None (all) when the graph is not AOTAutograd's or its layout does not match."""
+        if any(n.op == "placeholder" and str(n.target).startswith("tangents") for n in self.gm.graph.nodes):
+            return frozenset()
+        ctx = torch._guards.TracingContext.try_get()
+        md = getattr(ctx, "fw_metadata", None)
+        out = next((n for n in reversed(self.gm.graph.nodes) if n.op == "output"), None)
+        if md is None or out is None:
+            return None
+        flat: list = []
+        torch.fx.node.map_aggregate(out.args[0], flat.append)
+        try:
+            start = md.num_mutated_inp_runtime_indices
+            end = start + md.num_outputs + md.num_intermediate_bases
+        except AttributeError:  # another torch's ViewAndMutationMeta
+            return None
+        return frozenset(range(start, end)) if end <= len(flat) else None
 
     def _tensor_op(self, node: Node, name: str, val) -> int:
         if name not in ("slice", "select", "expand", "alias", "clone"):
@@ -128,4 +148,7 @@ ATEN_IR = IRLevel(
     clone=_clone,
     restride=_restride,
     alias=lambda g, x: g.call_function(aten.alias.default, (x,)),
+    # prims.convert_element_type's result requires grad when its input does, under no_grad too
+    grad_mode_blind={torch.ops.prims.convert_element_type.default: lambda g, n, args, kwargs: g.call_function(
+        aten._to_copy.default, (args[0],), {"dtype": args[1]})},
 )

@@ -21,6 +21,7 @@ import copy
 import operator
 import sys
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable
 
 import torch
@@ -73,6 +74,11 @@ class IRLevel:
             narrows that tile a range of one tensor's dim (:func:`split_groups`): the same views, but
             AOTAutograd traces one split's backward as one cat where N narrows give N slice_backwards
             summed, and Inductor's fusion follows (DLRM's cross net, docs/DESIGN.md).
+        grad_mode_blind: targets of ops that set ``requires_grad`` from their input even under ``no_grad``
+            (``prims.convert_element_type``), each with ``f(graph, node, args, kwargs) -> Node``, an op of the
+            same result that respects the grad mode. Used for a kept node whose input was an intermediate and
+            is a graph input after rewriting: AOTAutograd runs inference graphs under ``no_grad``, where the
+            intermediate did not require grad but the input may.
     """
 
     views: dict
@@ -83,6 +89,7 @@ class IRLevel:
     squeeze: Callable | None = None
     alias: Callable | None = None
     split: Callable | None = None
+    grad_mode_blind: dict = field(default_factory=dict)
 
 
 def squeezed_dims(src, dst) -> tuple[int, ...] | None:
@@ -204,6 +211,14 @@ class Lowerer:
         if pos < self._last_kept:
             raise LoweringError(f"kept node {n.name} would move before an earlier kept node")
         self._last_kept = pos
+        respell = self.level.grad_mode_blind.get(n.target)
+        if respell is not None and any(a.op != "placeholder" and self.value_of_node(a).op == "placeholder"
+                                       for a in n.all_input_nodes):
+            args, kwargs = torch.fx.node.map_arg((n.args, n.kwargs), self.value_of_node)
+            new = respell(self.graph, n, args, kwargs)
+            new.meta = dict(n.meta)
+            self.env[n] = new
+            return new
         new = self.graph.node_copy(n, lambda a: self.value_of_node(a))
         self.env[n] = new
         return new
@@ -340,7 +355,8 @@ class Lowerer:
         self._remove_dead_terms()
         copies = set(self.env.values())
         _propagate_meta(self.graph, self.t.gm, self.t.gm, lambda n: n not in copies)
-        for fix in (_unalias_outputs, _fix_strides, _distinct_outputs):
+        fixes = (partial(_unalias_outputs, visible=self.t.visible_outputs), _fix_strides, _distinct_outputs)
+        for fix in fixes:
             added = fix(self.graph, out_node, self.level)
             if added:
                 _propagate_meta(self.graph, self.t.gm, self.t.gm, lambda n: True, only=added)
@@ -443,25 +459,27 @@ class Lowerer:
             if not n.users and n.op != "output" and n not in copies:
                 self.graph.erase_node(n)
 
-def _aliases(values: list, graph: Graph, remap: dict | None = None) -> list[set]:
+def _aliases(values: list, graph: Graph, remap: dict | None = None, empty: bool = True) -> list[set]:
     """Per output value: the inputs (``("in", target)``: placeholders and attributes of ``graph``) and earlier
-    outputs (``("out", k)``) it shares storage with (``remap``: :func:`~optimus_bridge.translate.eager_storage_map`)."""
+    outputs (``("out", k)``) it shares storage with (``remap``: :func:`~optimus_bridge.translate.eager_storage_map`;
+    ``empty``: tensors of no elements count, :func:`~optimus_bridge.translate.storage_id`)."""
     ins = {}
     for n in graph.nodes:
         if n.op in ("placeholder", "get_attr"):
-            s = storage_id(meta_val(n), remap)
+            s = storage_id(meta_val(n), remap, empty=empty)
             if s is not None:
                 ins.setdefault(s, set()).add(("in", str(n.target)))
-    outs = [storage_id(v, remap) for v in values]
+    outs = [storage_id(v, remap, empty=empty) for v in values]
     return [(ins.get(s, set()) | {("out", k) for k in range(i) if outs[k] == s}) if s is not None else set()
             for i, s in enumerate(outs)]
 
 
-def _unalias_outputs(graph: Graph, old_out: Node, level: "IRLevel") -> list[Node]:
+def _unalias_outputs(graph: Graph, old_out: Node, level: "IRLevel", visible: frozenset | None = None) -> list[Node]:
     """Copy each output that shares storage with an input or another output where eager's does not (a cat
     of every piece of x folds to x itself, but eager returned a new tensor). The copy has eager's layout
     (:func:`_copy_like`). Aliasing is read from the FakeTensor meta of both graphs (views share storage).
-    Returns the nodes added.
+    Returns the nodes added. ``visible``: the outputs whose overlap the user sees (None: all;
+    :attr:`~optimus_bridge.translate.Translation.visible_outputs`).
 
     Raises:
         LoweringError: the output structure changed, or an output that eager returns as a view of an input
@@ -477,35 +495,57 @@ def _unalias_outputs(graph: Graph, old_out: Node, level: "IRLevel") -> list[Node
     # eager's aliasing: the original graph's meta, where an eval-mode dropout is its input (as eager runs it)
     eager = _aliases(old_vals, old_out.graph, eager_storage_map(old_out.graph))
     ours = _aliases(new_vals, graph)
-    added: list[Node] = []
-    copied: set = set()  # outputs replaced by a copy: fresh storage, which later outputs no longer share
-    made: dict = {}  # (original output node, lowered node) -> its copy
-    for i, (o, n) in enumerate(zip(old, new)):
-        if not isinstance(old_vals[i], torch.Tensor) or not isinstance(n, Node):
-            continue
-        lost = {a for a in eager[i] - ours[i] if a[0] == "in"}
+    tensor_out = [i for i, n in enumerate(new) if isinstance(old_vals[i], torch.Tensor) and isinstance(n, Node)]
+    # a lost view of an input matters where a write through it could reach the input: not for empty tensors
+    eager_data = _aliases(old_vals, old_out.graph, eager_storage_map(old_out.graph), empty=False)
+    ours_data = _aliases(new_vals, graph, empty=False)
+    for i in tensor_out:
+        lost = {a for a in eager_data[i] - ours_data[i] if a[0] == "in"}
         if lost:
             raise LoweringError(f"output {i} is a view of {min(lost)[1]} in eager, a new tensor here")
-        if (o, n) in made:  # eager returns this one tensor twice: so must we (one copy)
-            copied.add(("out", i))
-            _replace_output_at(new_out, i, made[(o, n)])
-        elif ours[i] - eager[i] - copied:
-            copied.add(("out", i))
+    copy = _outputs_to_copy(tensor_out, old, eager, ours)
+    added: list[Node] = []
+    copied = {("out", i) for i in copy}  # fresh storage, which other outputs no longer share
+    made: dict = {}  # (original output node, lowered node) -> its copy
+    for i in sorted(copy):
+        key = (old[i], new[i])
+        if key not in made:  # eager returns one tensor twice: so must we (one copy)
             with graph.inserting_before(new_out):
-                nodes = _copy_like(graph, n, old_vals[i], level)
-            _replace_output_at(new_out, i, nodes[-1])
-            made[(o, n)] = nodes[-1]
+                nodes = _copy_like(graph, new[i], old_vals[i], level)
+            made[key] = nodes[-1]
             added.extend(nodes)
-    # Torch-IR only: an Aten-IR forward graph also returns the tensors saved for backward, which alias the
-    # user's outputs without being visible to the user (AOTAutograd keeps the user's aliasing itself)
-    for i in range(len(old) if level is TORCH_IR else 0):
-        for k in sorted(a[1] for a in eager[i] if a[0] == "out"):
+        _replace_output_at(new_out, i, made[key])
+    # every level: AOTAutograd regenerates only the outputs that alias an input or an intermediate; the
+    # others (``non_alias``, ``unsafe_view_alias``) reach the user as the graph returns them
+    for i in range(len(old)) if visible is None else sorted(visible):
+        for k in sorted(a[1] for a in eager_data[i] if a[0] == "out" and (visible is None or a[1] in visible)):
             kept = ("out", k) in ours[i] and ("out", k) not in copied and ("out", i) not in copied
             if not kept and _may_overlap(old_vals[k], old_vals[i]):
                 # eager's output i is a view into output k (``y, y[:, 1:]``): two separate copies would
                 # no longer see each other's in-place changes
                 raise LoweringError(f"output {i} overlaps output {k} in eager; here they would not")
     return added
+
+
+def _outputs_to_copy(outs: list[int], old: list, eager: list[set], ours: list[set]) -> set[int]:
+    """Which outputs get a copy so that ours share storage only where eager's do (``eager``, ``ours``: per
+    output, the inputs and earlier outputs it shares storage with, :func:`_aliases`). An output that shares
+    with an input where eager's does not is copied. Of two outputs that share here but not in eager, the
+    one that shares with fewer other outputs in eager is copied (ties: the later one), so that a group of
+    outputs that overlap in eager keeps its storage and a lone output that a rewrite made a view of them
+    (``stack([x])`` as ``x.unsqueeze``) gets the copy."""
+    def eager_partners(i: int) -> int:
+        return sum(1 for k in outs if k != i and old[k] is not old[i]
+                   and (("out", k) in eager[i] or ("out", i) in eager[k]))
+
+    copy = {i for i in outs if any(a[0] == "in" for a in ours[i] - eager[i])}
+    for i in outs:
+        for a in sorted(ours[i] - eager[i]):
+            k = a[1]
+            if a[0] != "out" or i in copy or k in copy or old[k] is old[i]:
+                continue
+            copy.add(k if eager_partners(k) < eager_partners(i) else i)
+    return copy
 
 
 def _eager_vals(old_out: Node, old: list) -> list:
@@ -627,13 +667,20 @@ def _fix_strides(graph: Graph, old_out: Node, level: "IRLevel") -> list[Node]:
 
     Raises:
         LoweringError: an output changed shape or dtype, or its layout cannot be reproduced (eager's is
-            expanded or overlapping, or symbolic, or the level has no ``restride``).
+            expanded or overlapping, or symbolic, or the level has no ``restride``, or the output shares
+            storage with an input or another output in eager, which a copy would lose).
     """
     new_out = next(n for n in reversed(graph.nodes) if n.op == "output")
     old, new = _flat_nodes(old_out.args[0]), _flat_nodes(new_out.args[0])
     added = []
     made: dict = {}  # (original output node, lowered node) -> its copy
     old_vals = _eager_vals(old_out, old)
+    eager = _aliases(old_vals, old_out.graph, eager_storage_map(old_out.graph))
+    shares = [{a for a in eager[i] if a[0] == "in" or old[a[1]] is not old[i]} for i in range(len(old))]
+    for i in range(len(old)):
+        for a in list(shares[i]):
+            if a[0] == "out":
+                shares[a[1]].add(("out", i))
     for i, (o, n) in enumerate(zip(old, new)):
         # None outputs (a backward graph's gradient of an input that needs none) have no meta
         ov = old_vals[i]
@@ -646,6 +693,9 @@ def _fix_strides(graph: Graph, old_out: Node, level: "IRLevel") -> list[Node]:
         if ov.numel() > 1 and _observable_strides(ov) != _observable_strides(nv):
             if not ov.is_contiguous() and not _restridable(ov, level):
                 raise LoweringError(f"output {i} strides {nv.stride()} differ from eager's {ov.stride()}")
+            if shares[i]:  # a copy would no longer share storage with them (a view of an input, y and y[1:])
+                raise LoweringError(f"output {i} strides {nv.stride()} differ from eager's {ov.stride()}, and it "
+                                    f"shares storage with {min(shares[i])} in eager")
             if (o, n) in made:  # eager returns this one tensor twice: so must we (one copy)
                 _replace_output_at(new_out, i, made[(o, n)])
                 continue

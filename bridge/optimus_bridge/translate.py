@@ -80,6 +80,8 @@ class Translation:
         types: pure op key id -> ``(((dtype, device) of each tensor input), (dtype, device) of the output)``
             as strings; part of the key, so fp32 and bf16 ops never share a key (horizontal fusion groups
             by it).
+        visible_outputs: indices of the flat outputs whose aliasing the user sees, or None for all
+            (:meth:`Translator.visible_outputs`).
     """
 
     gm: GraphModule
@@ -96,6 +98,7 @@ class Translation:
     barriers: dict[Node, list[Node]] = field(default_factory=dict)
     symbolic: int = 0
     types: dict[int, tuple] = field(default_factory=dict)
+    visible_outputs: frozenset | None = None
 
 
 # -- meta helpers --------------------------------------------------------------------------------
@@ -270,7 +273,7 @@ def _inputs_may_share(d1, d2) -> bool:
     return d1 == "?" or d2 == "?" or d1 == d2
 
 
-def output_alias_nodes(gm: GraphModule, voc=vocab) -> set[Node]:
+def output_alias_nodes(gm: GraphModule, voc=vocab, visible: frozenset | None = None) -> set[Node]:
     """Nodes kept verbatim so that the graph's outputs alias each other and the inputs as eager's do.
 
     Each output's *view chain* is walked back through the storages of the FakeTensor meta
@@ -280,8 +283,12 @@ def output_alias_nodes(gm: GraphModule, voc=vocab) -> set[Node]:
     rewrite (the first folds to ``a``); so their chains and their common owner (unless a graph input) are
     kept: they stay views of one tensor, and an in-place change of one still reaches the other.
 
-    ``voc`` is the op vocabulary (Torch-IR's: at Aten-IR, AOTAutograd keeps the user's output aliasing
-    itself, and the forward graph's extra outputs are tensors saved for backward).
+    ``voc`` is the op vocabulary; ``visible`` the indices of the flat outputs the user sees (None: all). At
+    Aten-IR too: AOTAutograd regenerates only the outputs that alias an input or an intermediate base; a
+    ``non_alias`` or ``unsafe_view_alias`` output reaches the user as the graph returns it, so its overlap
+    with another output is the graph's own. The forward graph's other outputs (tensors saved for backward:
+    ``relu`` and ``alias(relu)``) are not the user's, and keeping their chains would freeze every op whose
+    result is saved (:meth:`optimus_bridge.aten.AtenTranslator.visible_outputs`).
     """
     from optimus_bridge.lower import _may_overlap  # lower imports this module
 
@@ -290,6 +297,8 @@ def output_alias_nodes(gm: GraphModule, voc=vocab) -> set[Node]:
         return set()
     outs: list[Node] = []
     torch.fx.node.map_arg(out.args[0], outs.append)
+    if visible is not None:
+        outs = [o for i, o in enumerate(outs) if i in visible]
 
     remap = eager_storage_map(gm.graph, voc)
 
@@ -380,13 +389,15 @@ def eager_output_meta(graph: torch.fx.Graph, outs: list, voc=vocab) -> list:
     return vals
 
 
-def storage_id(val, remap: dict[int, int] | None = None) -> int | None:
+def storage_id(val, remap: dict[int, int] | None = None, *, empty: bool = False) -> int | None:
     """Identity of the storage behind a FakeTensor (views share it; :func:`eager_storage_map`'s ``remap``
-    applied), or None for no tensor data (not a tensor, zero elements, a subclass without storage)."""
+    applied), or None for no tensor data (not a tensor, zero elements unless ``empty``, a subclass without
+    storage). ``empty=True`` for output aliasing: a view of an empty input is still a view to autograd
+    (it inherits ``requires_grad``), though no write through it can reach anything."""
     if not isinstance(val, torch.Tensor):
         return None
     try:
-        if is_static_tensor(val) and val.numel() == 0:
+        if not empty and is_static_tensor(val) and val.numel() == 0:
             return None
         s = val.untyped_storage()._cdata
     except Exception:  # a tensor subclass without a storage: assume it aliases nothing
@@ -413,6 +424,11 @@ class Translator:
     inputs_may_alias = True
     #: keep the nodes that give the outputs eager's aliasing (:func:`output_alias_nodes`)
     keeps_output_aliasing = True
+
+    def visible_outputs(self) -> frozenset | None:
+        """Indices of the flat outputs whose aliasing among each other and with the inputs the user sees,
+        or None for all of them (a dynamo graph's outputs are the user's)."""
+        return None
 
     def __init__(self, gm: GraphModule) -> None:
         self.gm = gm
@@ -471,8 +487,9 @@ class Translator:
     def run(self) -> Translation:
         t = self.t
         t.frozen = frozen_nodes(self.gm, self.vocab, self.inputs_may_alias) | self._global_state_region()
+        t.visible_outputs = self.visible_outputs()
         if self.keeps_output_aliasing:
-            t.frozen |= output_alias_nodes(self.gm, self.vocab)
+            t.frozen |= output_alias_nodes(self.gm, self.vocab, t.visible_outputs)
         for node in self.gm.graph.nodes:
             if node.op == "output":
                 self._output(node)
