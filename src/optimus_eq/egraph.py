@@ -21,6 +21,7 @@ from typing import Sequence
 
 from egglog import bindings as eb
 
+from optimus_eq.checks import check_int, check_seconds
 from optimus_eq.patterns.registry import Pattern
 from optimus_eq.terms import ANALYSIS_RULES, CONSTRUCTORS, LOAD_RULES, MOVEPERM_ROWS, SCHEMA
 
@@ -48,8 +49,6 @@ class Limits:
     def __post_init__(self) -> None:
         """Raises TypeError for a field of the wrong type, ValueError for ``iterations`` or ``nodes`` below 1
         or ``seconds`` below 0 (``seconds=0``: stop after the first check; ``float("inf")``: no time limit)."""
-        from optimus_eq.validate import check_int, check_seconds
-
         check_int("Limits.iterations", self.iterations, 1)
         check_int("Limits.nodes", self.nodes, 1)
         check_seconds("Limits.seconds", self.seconds, positive=False)
