@@ -22,7 +22,7 @@ from typing import Sequence
 from egglog import bindings as eb
 
 from optimus_eq.checks import check_int, check_seconds
-from optimus_eq.patterns.registry import Pattern
+from optimus_eq.registry import Pattern
 from optimus_eq.terms import ANALYSIS_RULES, CONSTRUCTORS, LOAD_RULES, MOVEPERM_ROWS, SCHEMA
 
 _SPAN = eb.RustSpan("optimus_eq.egraph", 0, 0)

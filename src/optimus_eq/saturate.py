@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from optimus_eq.egraph import EGraph, Limits, SearchResult, ruleset_name
-from optimus_eq.patterns.registry import Pattern
+from optimus_eq.registry import Pattern
 
 SUBSUME = False
 

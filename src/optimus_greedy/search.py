@@ -13,7 +13,7 @@ import itertools
 from typing import Sequence
 
 from optimus_eq.egraph import SATURATED, EGraph, Limits, SearchResult, ruleset_name
-from optimus_eq.patterns.registry import Pattern
+from optimus_eq.registry import Pattern
 
 SUBSUME = True
 

@@ -29,7 +29,7 @@ from typing import Callable, Hashable, Sequence
 
 from optimus_eq.egraph import ITERATION_LIMIT, SATURATED, TIME_LIMIT, EGraph, Limits, SearchResult, ruleset_name
 from optimus_eq.extract.driver import NoAcyclicTerm
-from optimus_eq.patterns.registry import Pattern
+from optimus_eq.registry import Pattern
 
 SUBSUME = True
 NEEDS_OBJECTIVE = True

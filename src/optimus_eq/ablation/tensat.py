@@ -21,7 +21,7 @@ import time
 from typing import Sequence
 
 from optimus_eq.egraph import ITERATION_LIMIT, NODE_LIMIT, SATURATED, TIME_LIMIT, EGraph, Limits, SearchResult
-from optimus_eq.patterns.registry import Pattern
+from optimus_eq.registry import Pattern
 from optimus_eq.saturate import schedule
 
 SUBSUME = False

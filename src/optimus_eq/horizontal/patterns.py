@@ -8,7 +8,7 @@ sharing their input become one wider linear before the rest are batched.
 from __future__ import annotations
 
 from optimus_eq.horizontal import builders as b
-from optimus_eq.patterns.registry import HorizontalPattern
+from optimus_eq.registry import HorizontalPattern
 
 
 def _pointwise(name: str, op: str, doc: str, exclude_outputs: bool = False,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from optimus_eq.patterns.registry import Pattern, Rule, renamed
+from optimus_eq.registry import Pattern, Rule, renamed
 from optimus_eq.terms import MAX_RANK
 
 _HEAD = "(Cons d (Narrow x d s l n) R)"
