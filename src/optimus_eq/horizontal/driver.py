@@ -45,6 +45,8 @@ class HorizontalContext:
         fired: pattern name -> groups fused (greedy) or fused alternatives added (eqsat).
         members: pattern name -> ops in those groups.
         level: the graph's IR level (``"pre_grad"`` or ``"post_grad"``; gradient signatures are pre-grad only).
+        grad_facts: ``(tr, level) -> (GradientInfo | None, GradientReach | None)``, the eager gradient facts the
+            bridge reads off FX meta (``optimus_bridge.grad_facts.facts``); None: no gradient signatures.
         skipped: rounds not run because the e-graph's deadline (``Limits.seconds`` of the whole call) had
             passed.
     """
@@ -57,6 +59,7 @@ class HorizontalContext:
     alloc: IdAlloc | None = None
     level: str = "pre_grad"
     skipped: int = 0
+    grad_facts: Callable | None = None
 
 
 def pattern_options(pattern, overrides: dict) -> dict:
@@ -114,7 +117,7 @@ def fuse_round(egraph, patterns: Sequence, ctx: HorizontalContext, destructive: 
     if ctx.alloc is None:
         ctx.alloc = IdAlloc(ctx.tr.rows)
     view, choice, outputs, contiguous = plan_of(egraph, ctx)
-    plan = PlanGraph(view, choice, ctx.tr, outputs, contiguous, ctx.level)
+    plan = PlanGraph(view, choice, ctx.tr, outputs, contiguous, ctx.level, ctx.grad_facts)
     if not plan.acyclic():
         # a plan whose kept FX nodes cannot keep their order: lowering rejects it anyway; fuse nothing
         return 0
