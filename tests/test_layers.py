@@ -44,7 +44,21 @@ PACKAGE_LAYER = {"optimus_eq": "core", "optimus_greedy": "core", "optimus_bridge
 #: (importer, imported) imports made on first use on purpose, each with its reason
 LAZY = {
     ("optimus_eq", "optimus_eq.facade"): "PEP 562: `optimus_eq.optimize` etc. without the core importing the facade",
+    # the bench and calibrate subcommands: the suite imports torch._inductor, and a checkout without bench/ on
+    # the path gets a message from those two subcommands instead of a command line that does not start
+    ("optimus_eq.cli", "optimus_bench.runner"): "optional subcommand",
+    ("optimus_eq.cli", "optimus_bench.models"): "optional subcommand",
+    ("optimus_eq.cli", "optimus_bench.strategies"): "optional subcommand",
+    ("optimus_eq.cli", "optimus_bench.calibrate"): "optional subcommand",
 }
+#: (importer, imported) imports against the contract that wait for the split of translate.py and lower.py (issue 14):
+#: each is left out of the checks until then; the list shrinks, never grows
+PENDING = {
+    ("optimus_eq.horizontal.builders", "optimus_bridge.translate"):
+        "Recipe, Slot and einsum_operands (interface types of the translated program) move to the core",
+    ("optimus_bridge.translate", "optimus_bridge.lower"): "_may_overlap moves out of lower.py",
+}
+SKIPPED = {**LAZY, **PENDING}
 #: outside packages the core must not import
 CORE_FORBIDDEN = ("torch.fx", "optimus_bridge")
 
@@ -121,19 +135,20 @@ def test_the_module_list_is_read():
 def test_no_import_cycle():
     g = nx.DiGraph()
     for a, b, line, _, _ in EDGES:
-        if (a, b) not in LAZY:
+        if (a, b) not in SKIPPED:
             g.add_edge(a, b, line=line)
     cycles = [sorted(c) for c in nx.strongly_connected_components(g) if len(c) > 1]
-    if cycles:
-        cycle = nx.find_cycle(g.subgraph(cycles[0]))
-        path = " -> ".join(f"{a} (line {g.edges[a, b]['line']})" for a, b in cycle) + f" -> {cycle[0][0]}"
-        pytest.fail(f"{len(cycles)} import cycle(s) between project modules; one: {path}")
+    messages = []
+    for members in cycles:
+        cycle = nx.find_cycle(g.subgraph(members))
+        messages.append(" -> ".join(f"{a} (line {g.edges[a, b]['line']})" for a, b in cycle) + f" -> {cycle[0][0]}")
+    assert not messages, "import cycles between project modules:\n" + "\n".join(messages)
 
 
 def test_every_import_goes_down_the_layers():
-    wrong = [f"{MODULES[a].relative_to(ROOT)}:{line} ({layer(a)}) imports {b} ({layer(b)})"
-             for a, b, line, _, implied in EDGES
-             if (a, b) not in LAZY and not implied and LAYERS.index(layer(b)) > LAYERS.index(layer(a))]
+    wrong = sorted({f"{MODULES[a].relative_to(ROOT)}:{line} ({layer(a)}) imports {b} ({layer(b)})"
+                    for a, b, line, _, implied in EDGES
+                    if (a, b) not in SKIPPED and not implied and LAYERS.index(layer(b)) > LAYERS.index(layer(a))})
     assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
 
 
@@ -143,6 +158,8 @@ def test_the_core_reads_no_fx_and_no_bridge():
         if layer(module) != "core":
             continue
         for name, line, _ in _imports(module, path):
+            if (module, _project_module(name)) in PENDING:
+                continue
             if any(name == f or name.startswith(f + ".") for f in CORE_FORBIDDEN):
                 wrong.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
     assert not wrong, "the core imports FX or the bridge:\n" + "\n".join(wrong)
@@ -151,12 +168,13 @@ def test_the_core_reads_no_fx_and_no_bridge():
 def test_project_modules_are_imported_at_the_top():
     """Function-local imports are for optional heavy dependencies, not to hide a cycle (LAZY lists the
     imports made on first use on purpose)."""
-    wrong = [f"{MODULES[a].relative_to(ROOT)}:{line} imports {b} inside a function"
-             for a, b, line, in_function, implied in EDGES if in_function and not implied and (a, b) not in LAZY]
+    wrong = sorted({f"{MODULES[a].relative_to(ROOT)}:{line} imports {b} inside a function"
+                    for a, b, line, in_function, implied in EDGES if in_function and not implied and (a, b) not in SKIPPED})
     assert not wrong, "\n".join(wrong)
 
 
-def test_lazy_imports_are_still_there():
-    """An entry of LAZY that no longer exists is dropped from the list, so it cannot hide a new import."""
+def test_exceptions_are_still_there():
+    """An entry of LAZY or PENDING that no longer exists is dropped from its list, so it cannot hide a new
+    import."""
     present = {(a, b) for a, b, *_ in EDGES}
-    assert set(LAZY) <= present
+    assert set(SKIPPED) <= present, f"no longer imported, drop from the lists: {sorted(set(SKIPPED) - present)}"
