@@ -24,7 +24,6 @@ import ast
 from pathlib import Path
 
 import networkx as nx
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = {"src": ("optimus_eq", "optimus_greedy"), "bridge": ("optimus_bridge",), "bench": ("optimus_bench",)}

@@ -323,18 +323,3 @@ split_cat_to_slices_pass = Pattern(
     used: a merged run is never more expensive than its pieces (a view instead of a copy per piece).
     """,
 )
-
-PATTERNS = (
-    normalization_pass,
-    remove_split_with_size_one_pass,
-    merge_splits_pass,
-    split_of_cat_pass,
-    unbind_stack_pass,
-    unbind_stack_to_slices_pass,
-    split_stack_to_cats_pass,
-    unbind_cat_to_view_pass,
-    merge_getitem_cat_pass,
-    split_cat_pass,
-    split_cat_to_slices_pass,
-    mutate_cat_pass,
-)
