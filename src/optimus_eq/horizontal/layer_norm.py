@@ -6,18 +6,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from optimus_eq.horizontal.recipes import UPCAST, bind, recipe, slot, slots, to_type
+from optimus_eq.horizontal.recipes import UPCAST, bound_call, check_one_input_type, recipe, slot, slots, to_type
 from optimus_eq.terms import MAX_RANK
 
 LAYER_NORM_PARAMS = ("input", "normalized_shape", "weight", "bias", "eps", "cudnn_enable")
 
 
 def _layer_norm_parts(m):
-    if m.recipe.name != "layer_norm" or m.op != "Apply":
-        raise ValueError("not a layer_norm")
-    bound = bind(m.recipe, LAYER_NORM_PARAMS)
-    if bound is None:
-        raise ValueError("unknown spelling")
+    bound = bound_call(m, "layer_norm", LAYER_NORM_PARAMS)
     ns = bound.get("normalized_shape")
     if isinstance(ns, int):
         ns = (ns,)
@@ -34,8 +30,7 @@ def _layer_norm_parts(m):
     for i in (wt, b):
         if i is not None and m.in_shapes[i] != ns:
             raise ValueError("affine shape")
-    if len(set(m.types[0])) != 1:
-        raise ValueError("mixed input dtypes")
+    check_one_input_type(m)
     return x, wt, b, ns, float(eps)
 
 

@@ -7,18 +7,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from optimus_eq.horizontal.recipes import bind, recipe, slot, slots
+from optimus_eq.horizontal.recipes import bound_call, check_one_input_type, recipe, slot, slots
 
 LINEAR_PARAMS = ("input", "weight", "bias")
 
 
 def _linear_parts(m):
     """(x, w, b) input indices of a ``F.linear`` member (b None without bias), or raise."""
-    if m.recipe.name != "linear" or m.op != "Apply":
-        raise ValueError("not a linear")
-    bound = bind(m.recipe, LINEAR_PARAMS)
-    if bound is None:
-        raise ValueError("unknown spelling")
+    bound = bound_call(m, "linear", LINEAR_PARAMS)
     x, wt, b = slot(bound, "input"), slot(bound, "weight"), slot(bound, "bias")
     if x is None or wt is None:
         raise ValueError("no input or weight")
@@ -27,8 +23,7 @@ def _linear_parts(m):
         raise ValueError("shapes")
     if b is not None and m.in_shapes[b] != (ws[0],):
         raise ValueError("bias shape")
-    if len(set(m.types[0])) != 1:
-        raise ValueError("mixed input dtypes")
+    check_one_input_type(m)
     return x, wt, b
 
 
@@ -167,8 +162,7 @@ def _aten_mm_parts(m):
         raise ValueError("shapes")
     if bias is not None and m.in_shapes[bias] not in ((sb[1],), (1, sb[1]), (sa[0], sb[1])):
         raise ValueError("bias shape")
-    if len(set(m.types[0])) != 1:
-        raise ValueError("mixed input dtypes")
+    check_one_input_type(m)
     return bias, a, b
 
 

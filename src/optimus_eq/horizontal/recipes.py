@@ -25,6 +25,24 @@ def bind(recipe, params: tuple[str, ...]) -> dict | None:
     return out
 
 
+def bound_call(m, name: str, params: tuple[str, ...]) -> dict:
+    """The arguments of member ``m``'s ``Apply`` call of the op ``name``, by parameter name; ValueError when
+    ``m`` is another op or calls it with arguments that do not fit ``params``."""
+    if m.recipe.name != name or m.op != "Apply":
+        raise ValueError(f"not a {name}")
+    bound = bind(m.recipe, params)
+    if bound is None:
+        raise ValueError("unknown spelling")
+    return bound
+
+
+def check_one_input_type(m) -> None:
+    """ValueError unless every tensor input of member ``m`` has one dtype and device (a batched op computes
+    in one)."""
+    if len(set(m.types[0])) != 1:
+        raise ValueError("mixed input dtypes")
+
+
 def slot(bound: dict, name: str):
     """The input index bound to ``name`` (a Slot), None when the argument is None/absent, or raises."""
     from optimus_bridge.translate import Slot
