@@ -11,6 +11,7 @@ from typing import Iterable, Sequence
 from torch.fx import GraphModule
 
 from optimus_bridge.aten import ATEN_IR, translate_aten
+from optimus_bridge.eager_terms import eager_terms
 from optimus_bridge.grad_facts import facts as grad_facts, gradient_info
 from optimus_bridge.graph_meta import _check_example_inputs, _ensure_meta, ir_level  # noqa: F401 (ir_level: public here)
 from optimus_bridge.lower import lower
@@ -350,7 +351,8 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
         report.cost_model = describe(training=gradients is not None) if describe else type(cost_model).__name__
         report.training = gradients is not None
         plans = _Plans(tr, phases, cost_model, extractor, ilp_seconds, ilp_max_nodes, gradients, deadline)
-        hctx = HorizontalContext(tr, plans, pattern_options or {}, level=level, grad_facts=grad_facts)
+        hctx = HorizontalContext(tr, plans, pattern_options or {}, level=level, grad_facts=grad_facts,
+                                  eager_terms=eager_terms)
         if chosen.needs_objective:
             strategy_options.setdefault("objective", _objective(tr, cost_model, gradients))
 
