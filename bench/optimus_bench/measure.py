@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
+import optimus_eq
 from optimus_bench.models.base import BenchCase
 from optimus_bench.strategies import Strategy
 from optimus_eq.kernels import count_kernels
@@ -264,8 +265,6 @@ def run_cell(case: BenchCase, mode: str, strategy: Strategy, device: str, ref: d
     """
     import torch._inductor.config as inductor_config
     import torch._inductor.utils as inductor_utils
-
-    import optimus_eq
 
     res: dict[str, Any] = {"status": "error", "error": None}
     torch._dynamo.reset()

@@ -25,6 +25,8 @@ import torch._inductor.utils as inductor_utils
 from optimus_bench import measure, output
 from optimus_bench.models import MODELS, ModelUnavailable, build
 from optimus_bench.strategies import Strategy, resolve
+from optimus_eq.cost import GPUCostModel
+from optimus_eq.demo import warm_up_compiler
 from optimus_eq.kernels import KERNEL_NOTES
 
 DEFAULT_MODELS = tuple(MODELS)
@@ -151,8 +153,6 @@ def run_matrix(models: list[str], strategies: list[str], modes: list[str], devic
     optimus_options: dict[str, Any] = {}
     cost_constants = None
     if cost_model is not None:
-        from optimus_eq.cost import GPUCostModel
-
         try:
             optimus_options["cost_model"] = GPUCostModel.from_calibration(cost_model)
             record = json.loads(Path(cost_model).read_text())
@@ -183,8 +183,6 @@ def run_matrix(models: list[str], strategies: list[str], modes: list[str], devic
     }
     bar = _progress(len(models) * len(modes) * len(chosen), progress)
     say: Callable[[str], None] = bar.write
-
-    from optimus_eq.demo import warm_up_compiler
 
     if warm_up and any(s.compiles for s in chosen):
         say("warming up Dynamo and Inductor (one tiny compile, kept out of every cell's compile time) ...")

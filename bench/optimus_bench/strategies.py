@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 import torch
 
+import optimus_eq
 from optimus_eq.options import optimus_fusion_options  # the inductor-optimus strategy's options (also the demo's)
 
 #: Names the issue plans (TASO- and TENSAT-style searches) that may not be registered yet.
@@ -86,8 +87,6 @@ class Strategy:
         options = dict(self.inductor_options) or None
         if self.kind == "inductor":
             return torch.compile(module, mode=self.mode, options=options)
-        import optimus_eq
-
         return torch.compile(module, backend=optimus_eq.backend(strategy=self.optimus_strategy,
                                                                  **{**self.backend_options, **(optimus_options or {})}),
                              mode=self.mode,
@@ -96,8 +95,7 @@ class Strategy:
 
 def available() -> dict[str, Strategy]:
     """Every strategy that can run with the installed code, by name, in the table's column order."""
-    from optimus_eq import STRATEGIES as OURS
-
+    OURS = optimus_eq.STRATEGIES  # read at each call: a strategy added later is picked up
     pre, post = optimus_fusion_options()
     out = [
         Strategy("eager", "eager", "eager PyTorch, no compile"),

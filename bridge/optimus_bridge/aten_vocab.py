@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch.fx import Node
 
-from optimus_bridge.vocab import changes_global_state, is_mutation  # noqa: F401  (same at both levels)
+from optimus_bridge.effects import changes_global_state, is_mutation  # noqa: F401  (same at both levels)
 
 _aten = torch.ops.aten
 

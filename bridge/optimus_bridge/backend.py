@@ -4,7 +4,13 @@ entry point) and :func:`backend` for options."""
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from typing import Callable
+
+from optimus_bridge import post_grad as _post_grad
+from optimus_eq import api, validate
+from optimus_eq.cost import GPUCostModel
+from optimus_eq.patterns import DEFAULT_REGISTRY
 
 
 def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict | None = None,
@@ -49,10 +55,8 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
         ValueError, NotImplementedError: for a bad pattern name, Optimus option dictionary or option value,
             as :func:`optimus_eq.optimize` (:mod:`optimus_eq.validate`).
     """
-    from optimus_eq.api import STRATEGIES, check_options, optimize
-
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {strategy!r}; valid: {STRATEGIES}")
+    if strategy not in api.STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; valid: {api.STRATEGIES}")
     if post_grad and not compile:
         raise ValueError("post_grad=True needs compile=True (the post-grad pass runs inside Inductor)")
     options = _check_backend_arguments(post_grad_hook, inductor_config, post_grad_options, mode, options)
@@ -60,21 +64,19 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
     notes = _own_optimus_passes(strategy, pre_grad, post_grad, base_patches, options)
     by_level = _pattern_options_by_level(options)
     if post_grad:
-        from optimus_bridge.post_grad import PostGradPass, install
-
         if post_grad_options is not None:
             pg_options = post_grad_options
         else:
             pg_options = {k: v for k, v in options.items() if k != "patterns"}
             if "pattern_options" in options:
                 pg_options["pattern_options"] = by_level["post_grad"]
-        install(base_patches, PostGradPass(strategy, **pg_options), post_grad_hook)
+        _post_grad.install(base_patches, _post_grad.PostGradPass(strategy, **pg_options), post_grad_hook)
     default_mode, optimize_options = mode, dict(options)
     if "pattern_options" in options:
         optimize_options["pattern_options"] = by_level["pre_grad"]
     # every option of the pre-grad optimize checked now (names, types, ranges), not at the first compile
     try:
-        check_options(strategy, "backend()", **optimize_options)
+        api.check_options(strategy, "backend()", **optimize_options)
     except (ValueError, NotImplementedError) as exc:
         if any("read as" in n for n in notes):
             raise type(exc)(f"{exc} (from Inductor's *_grad_fusion_options, which this backend reads as its "
@@ -88,7 +90,7 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
             call_options = optimize_options
             if "cost_model" not in optimize_options:
                 call_options = {**optimize_options, "cost_model": cost_model_for(patches, example_inputs)}
-            optimized, report = optimize(gm, example_inputs, strategy=strategy, **call_options)
+            optimized, report = api.optimize(gm, example_inputs, strategy=strategy, **call_options)
             report.notes.extend(notes)
         else:
             optimized, report = gm, None
@@ -164,8 +166,6 @@ def cost_model_for(patches: dict, example_inputs=None):
     (:meth:`optimus_eq.cost.GPUCostModel.cudagraph`: 2.3 us per kernel) when the graph will be replayed as
     a CUDA graph, else the default (23.3 us per kernel launched). Inductor records CUDA graphs only for
     graphs on CUDA: with ``example_inputs`` given and none of its tensors on a CUDA device, the default."""
-    from optimus_eq.cost import GPUCostModel
-
     on_cuda = example_inputs is None or _on_cuda(example_inputs)
     return GPUCostModel.cudagraph() if uses_cudagraphs(patches) and on_cuda else GPUCostModel()
 
@@ -227,10 +227,6 @@ def _check_backend_arguments(post_grad_hook, inductor_config, post_grad_options,
             argument of the wrong type.
         ValueError: an unknown ``post_grad_hook``.
     """
-    from collections.abc import Mapping
-
-    from optimus_eq import validate
-
     validate.check_names(options, validate.OPTIMIZE_OPTIONS, "backend()")
     if post_grad_hook not in ("pre", "post"):
         raise ValueError(f"unknown post_grad_hook {post_grad_hook!r}; valid: ('pre', 'post')")
@@ -256,8 +252,6 @@ def _pattern_options_by_level(options: dict) -> dict[str, dict]:
     Raises:
         ValueError: for a name registered at no level (the message lists the registered names).
     """
-    from optimus_eq.api import DEFAULT_REGISTRY
-
     registry = options.get("registry", DEFAULT_REGISTRY)
     levels = {p.name: p.levels for p in registry}
     given = dict(options.get("pattern_options") or {})

@@ -13,6 +13,8 @@ import warnings
 
 import torch
 
+from optimus_eq import api
+
 
 def optimize_exported(ep, example_inputs: tuple | None = None, strategy: str = "eqsat", *,
                       decompose: bool = True, **options):
@@ -38,8 +40,6 @@ def optimize_exported(ep, example_inputs: tuple | None = None, strategy: str = "
         ValueError: no example inputs (``ep.example_inputs`` is None and none given); bad options, as
             :func:`optimus_eq.optimize` raises them.
     """
-    from optimus_eq.api import optimize
-
     if not isinstance(ep, torch.export.ExportedProgram):
         raise TypeError(f"optimize_exported takes a torch.export.ExportedProgram, not {type(ep).__name__}; "
                         "for a GraphModule call optimus_eq.optimize")
@@ -52,7 +52,7 @@ def optimize_exported(ep, example_inputs: tuple | None = None, strategy: str = "
     options = {k: v for k, v in options.items() if k != "level"}
     source = ep.run_decompositions() if decompose else ep
     gm = source.module()
-    new_gm, report = optimize(gm, None, strategy=strategy, level="post_grad", **options)
+    new_gm, report = api.optimize(gm, None, strategy=strategy, level="post_grad", **options)
     if new_gm is gm:  # strategy "none", or a fallback (already warned)
         return ep, report
     try:

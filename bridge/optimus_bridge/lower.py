@@ -31,7 +31,8 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 from optimus_bridge.translate import (Slot, Translation, eager_output_meta, eager_storage_map, meta_val,
                                       storage_id)
 from optimus_eq.extract import EGraphView, no_gc
-from optimus_eq.extract.grad import grad_classes, gradient_info, gradient_reach, output_nodes
+from optimus_bridge.grad_facts import gradient_info, gradient_reach, output_nodes, propagate_reach
+from optimus_eq.extract.grad import grad_classes
 from optimus_eq.extract.plan import chosen_list
 
 def _call(g: Graph, target, args: tuple, kwargs: dict | None = None, name: str | None = None) -> Node:
@@ -385,8 +386,6 @@ class Lowerer:
           without undoing the fusion: LoweringError (fall back). Horizontal fusion groups only members with
           equal gradient signatures (``PlanGraph.grad_signature``), so this is a safety net.
         """
-        from optimus_eq.extract.grad import propagate_reach
-
         reach = gradient_reach(self.t) if self.level is TORCH_IR else None  # Aten-IR: no autograd here
         if reach is None or not reach.sources:
             return

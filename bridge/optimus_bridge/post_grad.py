@@ -24,17 +24,19 @@ import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
 from torch.fx import Graph, GraphModule, Node
 
+import optimus_greedy
+from optimus_eq import api
+from optimus_eq.patterns import DEFAULT_REGISTRY
+from optimus_eq.report import Report
+
 HOOKS = {"pre": "post_grad_custom_pre_pass", "post": "post_grad_custom_post_pass"}
 
 
 @functools.lru_cache(maxsize=1)
 def _source_hash() -> str:
     """sha256 of the source files of optimus_eq, optimus_greedy and optimus_bridge."""
-    import optimus_eq
-    import optimus_greedy
-
     h = hashlib.sha256()
-    roots = [os.path.dirname(m.__file__) for m in (optimus_eq, optimus_greedy)] + [os.path.dirname(__file__)]
+    roots = [os.path.dirname(m.__file__) for m in (api, optimus_greedy)] + [os.path.dirname(__file__)]
     for root in roots:
         for folder, dirs, files in sorted(os.walk(root)):
             dirs.sort()
@@ -77,14 +79,12 @@ class PostGradPass(CustomGraphPass):
     LEVEL = "post_grad"
 
     def __init__(self, strategy: str = "eqsat", **options: Any) -> None:
-        from optimus_eq.api import STRATEGIES, check_options
-
-        if strategy not in STRATEGIES:
-            raise ValueError(f"unknown strategy {strategy!r}; valid: {STRATEGIES}")
+        if strategy not in api.STRATEGIES:
+            raise ValueError(f"unknown strategy {strategy!r}; valid: {api.STRATEGIES}")
         if "level" in options:
             raise TypeError(f"{type(self).__name__} always optimizes at level {self.LEVEL!r}")
         # names, types, ranges and option dictionaries checked now, not inside Inductor's compile
-        check_options(strategy, f"{type(self).__name__}()", level=self.LEVEL, **options)
+        api.check_options(strategy, f"{type(self).__name__}()", level=self.LEVEL, **options)
         self.strategy, self.options = strategy, options
 
     def __call__(self, graph: Graph) -> None:
@@ -92,8 +92,6 @@ class PostGradPass(CustomGraphPass):
 
     def uuid(self) -> str:
         """Identifies the pass for Inductor's cache: source files, strategy, options, registered patterns."""
-        from optimus_eq.patterns import DEFAULT_REGISTRY
-
         opts = {k: v for k, v in self.options.items() if k != "registry"}
         text = "|".join([_source_hash(), self.LEVEL, self.strategy, repr(sorted(opts.items(), key=lambda kv: kv[0])),
                          _registry_fingerprint(self.options.get("registry", DEFAULT_REGISTRY))])
@@ -174,17 +172,14 @@ def optimize_in_place(graph: Graph | GraphModule, strategy: str = "eqsat", level
     Returns:
         the :class:`optimus_eq.Report` (``report.fallback`` says why the graph was left as it was).
     """
-    from optimus_eq.api import _counters, optimize
-    from optimus_eq.report import Report
-
     gm = graph if isinstance(graph, GraphModule) else graph.owning_module
-    _counters()[f"{level}_graphs"] += 1
+    api._counters()[f"{level}_graphs"] += 1
     if gm is None:
         warnings.warn(f"optimus_eq: {level} graph has no owning module; left unchanged", stacklevel=2)
         report = Report(strategy=strategy, level=level)
         report.fallback = "graph has no owning module"
         return report
-    new_gm, report = optimize(gm, None, strategy=strategy, level=level, **options)
+    new_gm, report = api.optimize(gm, None, strategy=strategy, level=level, **options)
     if new_gm is gm:
         return report
     try:
@@ -192,7 +187,7 @@ def optimize_in_place(graph: Graph | GraphModule, strategy: str = "eqsat", level
     except Exception as exc:  # replace_graph restored the graph
         report.fallback = f"in-place replacement failed: {type(exc).__name__}: {exc}"
         warnings.warn(f"optimus_eq: {report.fallback}; graph left unchanged", stacklevel=2)
-        _counters()["fallback"] += 1
+        api._counters()["fallback"] += 1
         return report
     gm.recompile()
     return report

@@ -7,13 +7,14 @@ Anything not listed is outside the vocabulary and becomes an opaque leaf that ke
 
 from __future__ import annotations
 
-import functools
-import inspect
 import operator
 
 import torch
 import torch.nn.functional as F
 from torch.fx import Node
+
+from optimus_bridge import aten_vocab
+from optimus_bridge.effects import changes_global_state, is_mutation  # noqa: F401  (the vocabulary's interface)
 
 _FUNCTIONS: dict[object, str] = {
     torch.split: "split",
@@ -100,13 +101,6 @@ APPLY_OPS = frozenset(["linear", "mm", "addmm", "bmm", "baddbmm", "matmul", "lay
 #: Views of one tensor whose result shape comes from FX meta: ``Reshape``.
 RESHAPE_OPS = frozenset(["reshape", "flatten", "unflatten", "squeeze"])
 
-_INPLACE_OPERATORS = frozenset(
-    [operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv,
-     operator.imod, operator.ipow, operator.iand, operator.ior, operator.ixor, operator.ilshift,
-     operator.irshift, operator.imatmul]
-)
-
-
 def op_name(node: Node) -> str | None:
     """The vocabulary name of ``node``'s op, or None when it is outside the vocabulary."""
     if node.op == "call_function":
@@ -125,68 +119,9 @@ def op_kind(node: Node) -> str:
     if name is not None:
         return name
     if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
-        from optimus_bridge import aten_vocab  # Aten-IR: the same names ("split", "cat", "slice", ...)
-
+        # Aten-IR: the same names ("split", "cat", "slice", ...)
         return aten_vocab.op_name(node) or node.target.overloadpacket.__name__
     if node.op in ("call_function", "call_method"):
         target = node.target
         return target if isinstance(target, str) else getattr(target, "__name__", str(target))
     return node.op
-
-
-_GLOBAL_STATE_NAMES = frozenset(
-    ["_set_grad_enabled", "set_grad_enabled", "_enter_autocast", "_exit_autocast", "_set_autocast_enabled",
-     "set_autocast_enabled", "_enter_inference_mode", "_exit_inference_mode", "_set_deterministic_algorithms"]
-)
-
-
-def changes_global_state(node: Node) -> bool:
-    """True for nodes that switch grad mode, autocast or inference mode for the nodes after them
-    (dynamo records ``with torch.no_grad():`` as ``torch._C._set_grad_enabled`` calls)."""
-    if node.op != "call_function":
-        return False
-    name = getattr(node.target, "__name__", "")
-    module = getattr(node.target, "__module__", "") or ""
-    return name in _GLOBAL_STATE_NAMES or "autocast" in module and name.startswith(("_enter", "_exit"))
-
-
-@functools.lru_cache(maxsize=None)
-def _inplace_position(target) -> int | None:
-    """Position of an ``inplace`` parameter of a Python function (F.relu(x, True)), or None."""
-    try:
-        params = list(inspect.signature(target).parameters)
-    except (TypeError, ValueError):
-        return None
-    return params.index("inplace") if "inplace" in params else None
-
-
-def is_mutation(node: Node, gm: torch.fx.GraphModule | None = None) -> bool:
-    """True when ``node`` writes into one of its inputs (in-place op, ``out=``, setitem, ``x += y``)."""
-    if node.kwargs.get("inplace") is True or "out" in node.kwargs:
-        return True
-    if node.op == "call_function" and callable(node.target):
-        try:
-            pos = _inplace_position(node.target)
-        except TypeError:  # unhashable target
-            pos = None
-        if pos is not None and len(node.args) > pos and node.args[pos] is True:
-            return True
-    if node.op == "call_method":
-        name = node.target
-        return name.endswith("_") and not name.startswith("__")
-    if node.op == "call_function":
-        if node.target in _INPLACE_OPERATORS:
-            return True
-        if getattr(node.target, "__module__", None) in ("_operator", "operator"):
-            return False  # operator.and_ / or_ / not_ are the non-in-place ``&``, ``|``, ``not``
-        schema = getattr(node.target, "_schema", None)
-        if schema is not None:
-            return bool(schema.is_mutable)
-        name = getattr(node.target, "__name__", "")
-        return name.endswith("_") and not name.startswith("__")
-    if node.op == "call_module" and gm is not None:
-        try:
-            return bool(getattr(gm.get_submodule(node.target), "inplace", False))
-        except AttributeError:
-            return True
-    return False

@@ -20,50 +20,27 @@ Inductor's post-grad hook, for users who set Inductor's config themselves::
     torch._inductor.config.pre_grad_custom_pass = optimus_eq.pre_grad_pass(strategy="eqsat")
 """
 
-from optimus_eq.api import STRATEGIES, count_ops, last_reports, optimize
 from optimus_eq.egraph import Limits
 from optimus_eq.patterns import DEFAULT_REGISTRY, HorizontalPattern, Pattern, Rule
 from optimus_eq.report import Report
 
-
-def backend(strategy: str = "eqsat", **options):
-    """A torch.compile backend: optimize with ``strategy``, then compile with Inductor's compile_fx.
-
-    See :func:`optimus_bridge.backend.backend` for the options.
-    """
-    from optimus_bridge.backend import backend as _backend
-
-    return _backend(strategy=strategy, **options)
+#: Names of :mod:`optimus_eq.facade`, imported on first use (PEP 562): every core module is imported through
+#: this package, and the facade imports the bridge, which imports the core (docs/DESIGN.md, "Layers").
+_FACADE = frozenset(["STRATEGIES", "backend", "count_ops", "last_reports", "optimize", "optimize_exported",
+                     "post_grad_pass", "pre_grad_pass"])
 
 
-def post_grad_pass(strategy: str = "eqsat", **options):
-    """Inductor's post-grad custom pass (a ``CustomGraphPass`` with a ``uuid``) that optimizes the Aten-IR
-    graphs AOTAutograd produces, forward and backward, in place.
+def __getattr__(name: str):
+    if name in _FACADE:
+        from optimus_eq import facade  # first use of a public entry point: the bridge, then the facade
 
-    Set it as ``torch._inductor.config.post_grad_custom_pre_pass`` (or ``_post_pass``). ``options`` go to
-    :func:`optimize` (``patterns`` are post-grad pattern names). See
-    :class:`optimus_bridge.post_grad.PostGradPass`.
-    """
-    from optimus_bridge.post_grad import PostGradPass
-
-    return PostGradPass(strategy, **options)
+        globals().update({n: getattr(facade, n) for n in _FACADE})
+        return globals()[name]
+    raise AttributeError(f"module 'optimus_eq' has no attribute {name!r}")
 
 
-def optimize_exported(ep, example_inputs=None, strategy: str = "eqsat", **options):
-    """Optimize a ``torch.export.ExportedProgram`` (Aten-IR, post-grad patterns) and export the result again:
-    ``(ExportedProgram, Report)``. See :func:`optimus_bridge.export.optimize_exported`."""
-    from optimus_bridge.export import optimize_exported as _optimize_exported
-
-    return _optimize_exported(ep, example_inputs, strategy, **options)
-
-
-def pre_grad_pass(strategy: str = "eqsat", **options):
-    """Inductor's pre-grad custom pass (``torch._inductor.config.pre_grad_custom_pass``, a ``CustomGraphPass``
-    with a ``uuid``): optimizes the Torch-IR graph Dynamo captured, in place, inside ``backend="inductor"``.
-    See :class:`optimus_bridge.post_grad.PreGradPass`."""
-    from optimus_bridge.post_grad import PreGradPass
-
-    return PreGradPass(strategy, **options)
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _FACADE)
 
 
 def list_patterns() -> list[tuple[str, tuple[str, ...], str]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import time
 import warnings
 from collections import Counter
@@ -9,17 +10,25 @@ from typing import Iterable, Sequence
 
 from torch.fx import GraphModule
 
-from optimus_eq import validate
+from optimus_bridge.aten import ATEN_IR, translate_aten
+from optimus_bridge.eager_terms import eager_terms
+from optimus_bridge.grad_facts import facts as grad_facts, gradient_info
+from optimus_bridge.graph_meta import _check_example_inputs, _ensure_meta, ir_level  # noqa: F401 (ir_level: public here)
+from optimus_bridge.lower import lower
+from optimus_bridge.translate import translate
+from optimus_bridge.vocab import op_kind
+from optimus_eq import strategy as strategies, validate
+from optimus_eq.ablation.taso import fingerprint
 from optimus_eq.cost import GPUCostModel
 from optimus_eq.egraph import EGraph, Limits, is_rust_panic
 from optimus_eq.extract import EGraphView, NoAcyclicTerm, extract, input_cost, no_gc
-from optimus_eq.extract.grad import gradient_info
-from optimus_eq.graph_meta import _check_example_inputs, _ensure_meta, ir_level  # noqa: F401 (ir_level: public here)
+from optimus_eq.horizontal import HorizontalContext, fuse_round
+from optimus_eq.horizontal.driver import pattern_options as horizontal_options
 from optimus_eq.options import select_patterns
 from optimus_eq.patterns import DEFAULT_REGISTRY, PatternRegistry
 from optimus_eq.report import Report
 
-STRATEGIES = ("none", "greedy", "eqsat", "taso", "tensat")
+STRATEGIES = tuple(strategies.TABLE)  # ("none", "greedy", "eqsat", "taso", "tensat")
 #: IR levels: Torch-IR graphs from dynamo (``pre_grad``), Aten-IR graphs from AOTAutograd (``post_grad``).
 LEVELS = ("pre_grad", "post_grad")
 
@@ -29,29 +38,7 @@ last_reports: list[Report] = []
 
 def count_ops(gm: GraphModule) -> Counter:
     """Op kind -> number of FX nodes (``"split"``, ``"cat"``, ``"placeholder"``, ...)."""
-    from optimus_bridge.vocab import op_kind
-
     return Counter(op_kind(n) for n in gm.graph.nodes)
-
-
-def _strategy(name: str):
-    if name == "eqsat":
-        from optimus_eq import saturate
-
-        return saturate
-    if name == "greedy":
-        import optimus_greedy
-
-        return optimus_greedy
-    if name == "taso":
-        from optimus_eq.ablation import taso
-
-        return taso
-    if name == "tensat":
-        from optimus_eq.ablation import tensat
-
-        return tensat
-    raise ValueError(f"unknown strategy {name!r}; valid: {STRATEGIES}")
 
 
 def optimize(
@@ -205,8 +192,6 @@ def check_options(strategy: str = "eqsat", where: str = "optimize()", **options)
             names the call), or a value of the wrong type.
         ValueError, NotImplementedError: as :func:`optimize`.
     """
-    import inspect
-
     validate.check_names(options, validate.OPTIMIZE_OPTIONS, where)
     params = inspect.signature(optimize).parameters
     args = {name: options.get(name, params[name].default) for name in validate.OPTIMIZE_OPTIONS}
@@ -215,10 +200,7 @@ def check_options(strategy: str = "eqsat", where: str = "optimize()", **options)
 
 def _check_strategy_options(strategy: str, options: dict) -> None:
     """Raise ValueError for ``strategy_options`` the strategy's search does not take."""
-    import inspect
-
-    params = inspect.signature(_strategy(strategy).search).parameters
-    valid = [n for n in params if n not in ("egraph", "patterns", "limits", "objective", "horizontal")]
+    valid = list(strategies.get(strategy).options)
     unknown = [k for k in options if k not in valid]
     if unknown:
         raise ValueError(f"strategy {strategy!r} takes no option(s) {unknown}; valid: {valid}")
@@ -228,15 +210,13 @@ def _check_pattern_options(chosen, options: dict) -> None:
     """Raise ValueError for options of patterns not chosen, option names a pattern does not take, or values
     out of range; TypeError for values of the wrong type (``pattern_options`` here, and options stored on
     the patterns by ``pre_grad_fusion_options``; :mod:`optimus_eq.validate`)."""
-    from optimus_eq.horizontal.driver import pattern_options
-
     by_name = {p.name: p for p in chosen}
     unknown = [n for n in options if n not in by_name]
     if unknown:
         raise ValueError(f"options for pattern(s) not chosen {unknown}; chosen: {sorted(by_name)}")
     for p in chosen:
         if p.kind == "horizontal":
-            validate.check_horizontal_values(p.name, pattern_options(p, options))
+            validate.check_horizontal_values(p.name, horizontal_options(p, options))
         else:
             validate.check_vertical_options(p.name, p.options, options.get(p.name, {}))
 
@@ -257,8 +237,6 @@ def _roots_and_forced(view: EGraphView, tr) -> tuple[list, set]:
 
 def _objective(tr, cost_model, gradients=None):
     """``egraph -> (DAG cost of its tree extraction, plan fingerprint)``, for searches that rank graphs."""
-    from optimus_eq.ablation.taso import fingerprint
-
     def objective(egraph):
         view = EGraphView.from_egraph(egraph)
         view.gradients = gradients
@@ -283,7 +261,7 @@ class _Plans:
         tr: the bridge's Translation (roots, opaque keys).
         phases: ``optimize``'s phase stack (``"extract"`` is on top while a read or an extraction runs).
         cost_model, method, seconds, ilp_max_nodes: as :func:`optimus_eq.extract.extract`.
-        gradients: :func:`optimus_eq.extract.grad.gradient_info` of the graph (None: forward only), given to every view.
+        gradients: :func:`optimus_bridge.grad_facts.gradient_info` of the graph (None: forward only), given to every view.
 
     Call with an :class:`EGraph`; returns ``(EGraphView, Extraction)``. Raises RuntimeError on an
     inconsistent e-graph (``EGraphView.inconsistent``) or when a root has no acyclic plan.
@@ -350,21 +328,15 @@ def _extraction_limits(stats: dict, ilp_max_nodes: int, ilp_seconds: float) -> l
 def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, ilp_seconds, ilp_max_nodes,
          registry, report, phases, strategy_options, level="pre_grad", pattern_options=None,
          deadline: float | None = None) -> GraphModule:
-    from optimus_bridge.lower import lower
-    from optimus_bridge.translate import translate
-
-    ir = None
-    if level == "post_grad":
-        from optimus_bridge.aten import ATEN_IR as ir, translate_aten as translate
-
-    search_mod = _strategy(strategy)
+    ir, translate_fn = (ATEN_IR, translate_aten) if level == "post_grad" else (None, translate)
+    chosen = strategies.get(strategy)
     if extractor == "auto":
-        extractor = getattr(search_mod, "EXTRACTOR", extractor)
+        extractor = chosen.extractor or extractor
 
     t0 = time.perf_counter()
     gm = _ensure_meta(gm, example_inputs, level)
-    tr = translate(gm)
-    with EGraph(patterns, subsume=search_mod.SUBSUME) as egraph:
+    tr = translate_fn(gm)
+    with EGraph(patterns, subsume=chosen.destructive) as egraph:
         egraph.deadline = deadline
         egraph.insert(tr.rows)
         report.left_opaque = len(tr.kept)
@@ -374,15 +346,14 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
         report.times["translate"] = (t1 := time.perf_counter()) - t0
 
         phases.append("search")
-        from optimus_eq.horizontal import HorizontalContext, fuse_round
-
         gradients = gradient_info(tr, level) if getattr(cost_model, "training", False) else None
         describe = getattr(cost_model, "describe", None)
         report.cost_model = describe(training=gradients is not None) if describe else type(cost_model).__name__
         report.training = gradients is not None
         plans = _Plans(tr, phases, cost_model, extractor, ilp_seconds, ilp_max_nodes, gradients, deadline)
-        hctx = HorizontalContext(tr, plans, pattern_options or {}, level=level)
-        if getattr(search_mod, "NEEDS_OBJECTIVE", False):
+        hctx = HorizontalContext(tr, plans, pattern_options or {}, level=level, grad_facts=grad_facts,
+                                  eager_terms=eager_terms)
+        if chosen.needs_objective:
             strategy_options.setdefault("objective", _objective(tr, cost_model, gradients))
 
         horizontal_s = [0.0]
@@ -396,7 +367,7 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
                 horizontal_s[0] += time.perf_counter() - t - (plans.spent - spent)
 
         horizontal.reset = lambda: (hctx.fired.clear(), hctx.members.clear())  # searches that backtrack
-        result = search_mod.search(egraph, patterns, limits, **strategy_options, horizontal=horizontal)
+        result = chosen.search(egraph, patterns, limits, **strategy_options, horizontal=horizontal)
         report.patterns_fired.update(hctx.fired)
         report.iterations, report.stop_reason = result.iterations, result.stop_reason
         for rule, n in result.rule_matches.items():

@@ -7,6 +7,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from optimus_eq.demo import run_demo, warm_up_compiler
+
 #: demo columns: plain Inductor, Inductor with the built-in Optimus passes, ours
 STRATEGIES = ("none", "builtin", "greedy", "eqsat")
 
@@ -86,8 +88,6 @@ def _details(r: dict[str, Any], verbose: bool = False) -> list[str]:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     import torch
-
-    from optimus_eq.demo import run_demo, warm_up_compiler
 
     if args.device == "cuda" and not torch.cuda.is_available():
         print("optimus-eq demo: --device cuda, but no CUDA device is available", file=sys.stderr)

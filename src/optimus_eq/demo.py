@@ -16,7 +16,9 @@ from typing import Any
 import torch
 from torch import nn
 
+import optimus_eq
 from optimus_eq.kernels import count_kernels
+from optimus_eq.options import optimus_fusion_options
 
 # Op kinds (as the report names them) that count as split/cat "junk".
 JUNK_OPS = ("split", "split_with_sizes", "tensor_split", "chunk", "cat", "concat", "stack", "unbind")
@@ -177,8 +179,6 @@ def run_demo(
     import torch._inductor.config
     import torch._inductor.utils
 
-    import optimus_eq
-
     say = log or (lambda _msg: None)
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("--device cuda asked for, but torch.cuda.is_available() is False")
@@ -202,8 +202,6 @@ def run_demo(
     try:
         with cache, torch._inductor.config.patch(patches), torch.no_grad():
             if strategy == "builtin":
-                from optimus_eq.options import optimus_fusion_options
-
                 pre, post = optimus_fusion_options()
                 compiled = torch.compile(model, options={"pre_grad_fusion_options": pre,
                                                          "post_grad_fusion_options": post})

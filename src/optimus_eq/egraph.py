@@ -17,11 +17,12 @@ import time
 import weakref
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 from egglog import bindings as eb
 
-from optimus_eq.patterns.registry import Pattern
+from optimus_eq.checks import check_int, check_seconds
+from optimus_eq.registry import Pattern
 from optimus_eq.terms import ANALYSIS_RULES, CONSTRUCTORS, LOAD_RULES, MOVEPERM_ROWS, SCHEMA
 
 _SPAN = eb.RustSpan("optimus_eq.egraph", 0, 0)
@@ -48,8 +49,6 @@ class Limits:
     def __post_init__(self) -> None:
         """Raises TypeError for a field of the wrong type, ValueError for ``iterations`` or ``nodes`` below 1
         or ``seconds`` below 0 (``seconds=0``: stop after the first check; ``float("inf")``: no time limit)."""
-        from optimus_eq.validate import check_int, check_seconds
-
         check_int("Limits.iterations", self.iterations, 1)
         check_int("Limits.nodes", self.nodes, 1)
         check_seconds("Limits.seconds", self.seconds, positive=False)
@@ -281,8 +280,9 @@ class EGraph:
         (out,) = self.egraph.run_program(eb.PrintSize(_SPAN, None))
         return sum(n for name, n in out.sizes if name in CONSTRUCTORS)
 
-    def run(self, schedule: str, result: SearchResult) -> bool:
-        """Run one egglog schedule (text); add rule matches to ``result``; True if the e-graph changed."""
+    def run(self, schedule, result: SearchResult) -> bool:
+        """Run one egglog schedule (a :class:`optimus_eq.schedule.Schedule`, or its text); add rule matches to
+        ``result``; True if the e-graph changed."""
         outputs = self.egraph.run_program(*self.egraph.parse_program(f"(run-schedule {schedule})"))
         changed = False
         for out in outputs:
@@ -300,9 +300,11 @@ class EGraph:
         """Whether :attr:`deadline` is set and has passed."""
         return self.deadline is not None and time.perf_counter() > self.deadline
 
-    def saturate(self, schedule: str, limits: Limits, result: SearchResult) -> SearchResult:
+    def saturate(self, schedule, limits: Limits, result: SearchResult,
+                 after: Callable[["EGraph", SearchResult], bool] | None = None) -> SearchResult:
         """Repeat ``schedule`` until nothing changes or a limit is hit (``limits``, or :attr:`deadline`); sets
-        the stop reason."""
+        the stop reason. ``after(egraph, result)``, when given, runs after each pass of ``schedule`` (before
+        ``result.iterations`` counts it) and returns whether it changed the e-graph too."""
         start = time.perf_counter()
         while True:
             if result.iterations >= limits.iterations:
@@ -312,6 +314,8 @@ class EGraph:
                 result.stop_reason = TIME_LIMIT
                 break
             changed = self.run(schedule, result)
+            if after is not None:
+                changed |= after(self, result)
             result.iterations += 1
             if not changed:
                 result.stop_reason = SATURATED

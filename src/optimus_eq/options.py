@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Iterable
 
-from optimus_eq.patterns.registry import LEVELS, Pattern, PatternRegistry
+from optimus_eq.registry import LEVELS, Pattern, PatternRegistry
 
 #: Pass names the built-in accepts in ``pre_grad_fusion_options`` (torch 2.13:
 #: torch/_inductor/fx_passes/split_cat.py ``pre_grad_pass_names`` and group_batch_fusion.py

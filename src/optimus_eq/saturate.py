@@ -10,16 +10,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from optimus_eq.egraph import EGraph, Limits, SearchResult, ruleset_name
-from optimus_eq.patterns.registry import Pattern
+from optimus_eq.egraph import EGraph, Limits, SearchResult
+from optimus_eq.registry import Pattern
+from optimus_eq.schedule import ANALYSES, one_pass
 
 SUBSUME = False
-
-
-def schedule(patterns: Sequence[Pattern]) -> str:
-    """One eqsat iteration as an egglog schedule."""
-    runs = " ".join(f"(run {ruleset_name(p)})" for p in patterns if p.rules)
-    return f"(seq (saturate (run analysis)) {runs})"
 
 
 def search(egraph: EGraph, patterns: Sequence[Pattern], limits: Limits, horizontal=None) -> SearchResult:
@@ -30,12 +25,12 @@ def search(egraph: EGraph, patterns: Sequence[Pattern], limits: Limits, horizont
     saturation; the vertical rules then saturate again (stacks of slices become views).
     """
     result = SearchResult()
-    egraph.saturate(schedule(patterns), limits, result)
+    egraph.saturate(one_pass(patterns), limits, result)
     groups = [p for p in patterns if p.kind == "horizontal"]
     if horizontal is not None and groups:
-        egraph.run("(saturate (run analysis))", result)
+        egraph.run(ANALYSES, result)
         if horizontal(egraph, groups, SUBSUME):
-            egraph.saturate(schedule(patterns), limits, result)
+            egraph.saturate(one_pass(patterns), limits, result)
     # leave the analyses consistent for extraction (shapes of the last terms created)
-    egraph.run("(saturate (run analysis))", result)
+    egraph.run(ANALYSES, result)
     return result

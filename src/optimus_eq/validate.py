@@ -14,8 +14,11 @@ passes take only the option names the built-in reads (``counter``, ``threshold_t
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Iterable, Mapping
+
+from optimus_eq.checks import check_int, check_seconds
+from optimus_eq.egraph import Limits
+from optimus_eq.patterns import PatternRegistry
 
 #: The keyword options of :func:`optimus_eq.optimize` besides ``gm``, ``example_inputs`` and ``strategy``
 #: (``backend(**options)`` and ``post_grad_pass(**options)`` take the same).
@@ -48,22 +51,6 @@ def check_names(given: Iterable[str], valid: Iterable[str], where: str) -> None:
         raise TypeError(f"{where} got unexpected keyword argument(s) {unknown}; valid: {sorted(valid)}")
 
 
-def check_int(name: str, value, minimum: int) -> None:
-    """``value`` is an int (not a bool) >= ``minimum``; TypeError or ValueError otherwise."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int >= {minimum}, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value}")
-
-
-def check_seconds(name: str, value, *, positive: bool) -> None:
-    """``value`` is a real number of seconds (not a bool, not NaN), > 0 (``positive``) or >= 0."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__} {value!r}")
-    if value != value or (value <= 0 if positive else value < 0):
-        raise ValueError(f"{name} must be {'> 0' if positive else '>= 0'} seconds, got {value}")
-
-
 def pattern_names(patterns) -> list[str] | None:
     """``patterns`` as a list of names: None stays None, one name (a str) becomes a one-element list.
 
@@ -93,9 +80,6 @@ def check_search_options(*, limits, extractor, cost_model, ilp_seconds, ilp_max_
             number of the wrong type.
         ValueError: ``extractor`` not among :data:`EXTRACTORS`, or a number out of range.
     """
-    from optimus_eq.egraph import Limits
-    from optimus_eq.patterns import PatternRegistry
-
     if limits is not None and not isinstance(limits, Limits):
         hint = f" (Limits(**{limits!r}))" if isinstance(limits, Mapping) else ""
         raise TypeError(f"limits must be optimus_eq.Limits(iterations=..., nodes=..., seconds=...){hint}, "

@@ -12,8 +12,9 @@ from __future__ import annotations
 import itertools
 from typing import Sequence
 
-from optimus_eq.egraph import SATURATED, EGraph, Limits, SearchResult, ruleset_name
-from optimus_eq.patterns.registry import Pattern
+from optimus_eq.egraph import SATURATED, EGraph, Limits, SearchResult
+from optimus_eq.registry import Pattern
+from optimus_eq.schedule import ANALYSES, pattern_pass
 
 SUBSUME = True
 
@@ -31,13 +32,13 @@ def search(egraph: EGraph, patterns: Sequence[Pattern], limits: Limits, horizont
             # pass looks (the same as one plan per pass, without re-extracting)
             if horizontal is not None and (i == 0 or patterns[i - 1].kind != "horizontal"):
                 run = [q for q in itertools.takewhile(lambda q: q.kind == "horizontal", patterns[i:])]
-                egraph.run("(saturate (run analysis))", result)
+                egraph.run(ANALYSES, result)
                 horizontal(egraph, run, SUBSUME)
             continue
         if not p.rules:
             continue
-        egraph.saturate(f"(seq (saturate (run analysis)) (run {ruleset_name(p)}))", limits, result)
+        egraph.saturate(pattern_pass(p), limits, result)
         if result.stop_reason != SATURATED:
             break
-    egraph.run("(saturate (run analysis))", result)
+    egraph.run(ANALYSES, result)
     return result

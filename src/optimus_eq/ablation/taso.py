@@ -29,7 +29,8 @@ from typing import Callable, Hashable, Sequence
 
 from optimus_eq.egraph import ITERATION_LIMIT, SATURATED, TIME_LIMIT, EGraph, Limits, SearchResult, ruleset_name
 from optimus_eq.extract.driver import NoAcyclicTerm
-from optimus_eq.patterns.registry import Pattern
+from optimus_eq.registry import Pattern
+from optimus_eq.schedule import ANALYSES, run
 
 SUBSUME = True
 NEEDS_OBJECTIVE = True
@@ -43,10 +44,10 @@ Objective = Callable[[EGraph], "tuple[float, Hashable]"]
 def _step(egraph: EGraph, pattern: Pattern, result: SearchResult, horizontal) -> bool:
     """Apply ``pattern`` once at all its current matches (a horizontal pattern: fuse every group it finds
     on the current graph, destructively); True if the e-graph changed."""
-    egraph.run("(saturate (run analysis))", SearchResult())
+    egraph.run(ANALYSES, SearchResult())
     if pattern.kind == "horizontal":
         return bool(horizontal(egraph, [pattern], True))
-    return egraph.run(f"(run {ruleset_name(pattern)})", result)
+    return egraph.run(run(ruleset_name(pattern)), result)
 
 
 def _replay(egraph: EGraph, seq: Sequence[Pattern], result: SearchResult, horizontal) -> None:
@@ -83,7 +84,7 @@ def search(egraph: EGraph, patterns: Sequence[Pattern], limits: Limits, objectiv
     steps = [p for p in patterns if p.rules or (p.kind == "horizontal" and horizontal is not None)]
     start = time.perf_counter()
     scratch = SearchResult()
-    egraph.run("(saturate (run analysis))", scratch)
+    egraph.run(ANALYSES, scratch)
     egraph.push()  # the input graph stays below this snapshot
     egraph.push()
     best_cost, fingerprint = objective(egraph)
@@ -128,7 +129,7 @@ def search(egraph: EGraph, patterns: Sequence[Pattern], limits: Limits, objectiv
     if horizontal is not None and hasattr(horizontal, "reset"):
         horizontal.reset()  # count what the best graph's steps fuse, not everything tried
     _replay(egraph, best, result, horizontal)
-    egraph.run("(saturate (run analysis))", SearchResult())
+    egraph.run(ANALYSES, SearchResult())
     return result
 
 

@@ -17,12 +17,11 @@ input graph after a single vertical pass, so a group that only appears once spli
 
 from __future__ import annotations
 
-import time
 from typing import Sequence
 
-from optimus_eq.egraph import ITERATION_LIMIT, NODE_LIMIT, SATURATED, TIME_LIMIT, EGraph, Limits, SearchResult
-from optimus_eq.patterns.registry import Pattern
-from optimus_eq.saturate import schedule
+from optimus_eq.egraph import EGraph, Limits, SearchResult
+from optimus_eq.registry import Pattern
+from optimus_eq.schedule import ANALYSES, one_pass
 
 SUBSUME = False
 #: TENSAT extracts with an ILP; ``optimize`` uses this extractor unless the caller chose one.
@@ -52,25 +51,14 @@ def search(egraph: EGraph, patterns: Sequence[Pattern], limits: Limits, k_multi:
         raise ValueError(f"k_multi must be >= 0, got {k_multi}")
     result = SearchResult()
     groups = [p for p in patterns if p.kind == "horizontal"] if horizontal is not None else []
-    one_pass = schedule(patterns)
-    start = time.perf_counter()
-    while True:
-        if result.iterations >= limits.iterations:
-            result.stop_reason = ITERATION_LIMIT
-            break
-        if time.perf_counter() - start > limits.seconds or egraph.past_deadline():
-            result.stop_reason = TIME_LIMIT
-            break
-        changed = egraph.run(one_pass, result)
-        if result.iterations < k_multi and groups:
-            egraph.run("(saturate (run analysis))", result)
-            changed |= bool(horizontal(egraph, groups, SUBSUME))
-        result.iterations += 1
-        if not changed:
-            result.stop_reason = SATURATED
-            break
-        if egraph.size() > limits.nodes:
-            result.stop_reason = NODE_LIMIT
-            break
-    egraph.run("(saturate (run analysis))", result)
+
+    def horizontal_round(egraph: EGraph, result: SearchResult) -> bool:
+        """TENSAT's multi-pattern rules: a horizontal round in each of the first ``k_multi`` iterations."""
+        if result.iterations >= k_multi or not groups:
+            return False
+        egraph.run(ANALYSES, result)
+        return bool(horizontal(egraph, groups, SUBSUME))
+
+    egraph.saturate(one_pass(patterns), limits, result, after=horizontal_round)
+    egraph.run(ANALYSES, result)
     return result

@@ -1,7 +1,8 @@
-"""Gradient facts of a pre-grad graph, computed once per Translation from its FX nodes' meta: which terms
-require grad (:class:`GradientInfo`, for training costs) and eager's gradient paths from every input or
-parameter that requires grad to every output (:class:`GradientReach`, kept by horizontal fusion's grouping
-and checked by lowering; docs/DESIGN.md, "Safety"). Then the training costs.
+"""Gradient facts of a pre-grad graph as types: which terms require grad (:class:`GradientInfo`, for training
+costs) and eager's gradient paths from every input or parameter that requires grad to every output
+(:class:`GradientReach`, kept by horizontal fusion's grouping and checked by lowering; docs/DESIGN.md,
+"Safety"). The bridge computes them from the FX nodes' meta (:mod:`optimus_bridge.grad_facts`). Then the
+training costs.
 
 Training costs: what the backward of a plan adds to its e-nodes (docs/DESIGN.md, "Extraction and cost").
 
@@ -30,7 +31,7 @@ Which forms pay: a user's own ``stack(w).permute(0, 2, 1)`` (priced in the input
 ``batch_linear``'s earlier form ``Y = baddbmm(b, X, stack(w).permute(0, 2, 1))`` (64 extra launches per
 DHEN / launch_bound training step on the H200 bench, 70 launches per CUDA-graph step against 6, see
 bench/results/h200_matrix_2026-11-29). In training graphs ``batch_linear`` now builds ``Y^T = baddbmm(b, stack(w),
-X.permute(0, 2, 1))`` (horizontal/builders.py, ``build_linear``): the stack of weights is ``bmm``'s first
+X.permute(0, 2, 1))`` (horizontal/linear.py, ``build_linear``): the stack of weights is ``bmm``'s first
 operand, unpermuted, its gradient ``dY^T @ X`` is a contiguous ``[n, out, in]`` whose slices AccumulateGrad
 takes without a copy, and this rule charges it nothing (the ``Permute`` in it is of the inputs' stack).
 """
@@ -39,8 +40,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-
-import torch
 
 
 @dataclass(frozen=True)
@@ -99,135 +98,6 @@ class GradientReach:
             rg, m = out.get(c, (False, 0))
             out[c] = (rg or self.carries.get(node, 0) != 0, m | self.reaches.get(node, 0))
         return out
-
-
-def _requires_grad(node) -> bool:
-    """Whether eager's value of ``node`` (a tensor, or a tuple/list of them) requires grad (meta)."""
-    from optimus_bridge.translate import meta_val
-
-    val = meta_val(node)
-    if isinstance(val, torch.Tensor):
-        return bool(val.requires_grad)
-    if isinstance(val, (tuple, list)):
-        return any(isinstance(v, torch.Tensor) and v.requires_grad for v in val)
-    return False
-
-
-def output_nodes(out_node) -> list:
-    """The flattened arguments of an FX output node, one per output position (None where not a node)."""
-    from torch.fx import Node
-
-    flat: list = []
-    torch.fx.node.map_aggregate(out_node.args[0], lambda a: flat.append(a if isinstance(a, Node) else None))
-    return flat
-
-
-def propagate_reach(nodes, carries_grad, source_bit, out_node=None):
-    """One forward and one backward pass of gradient paths over FX ``nodes`` (in graph order).
-
-    Args:
-        carries_grad: ``f(node, mask of its inputs) -> bool``, whether the node's value requires grad
-            given the sources its inputs carry.
-        source_bit: ``f(node) -> mask``, the node's own source bit (0 for non-sources).
-        out_node: the output node; with it the reverse pass runs too.
-
-    Returns:
-        ``(carries, reaches)``: node -> source mask; node -> output-position mask (empty without
-        ``out_node``).
-    """
-    carries: dict = {}
-    for n in nodes:
-        if n.op == "output":
-            continue
-        m = 0
-        for a in n.all_input_nodes:
-            m |= carries.get(a, 0)
-        own = source_bit(n)
-        carries[n] = (m | own) if (own or carries_grad(n, m)) else 0
-    reaches: dict = {}
-    if out_node is not None:
-        for i, a in enumerate(output_nodes(out_node)):
-            if a is not None and carries.get(a, 0):
-                reaches[a] = reaches.get(a, 0) | (1 << i)
-        for n in reversed(list(nodes)):
-            r = reaches.get(n, 0)
-            if not r or not carries.get(n, 0):
-                continue
-            for a in n.all_input_nodes:
-                if carries.get(a, 0):
-                    reaches[a] = reaches.get(a, 0) | r
-    return carries, reaches
-
-
-def _compute_facts(tr, level: str):
-    """One walk over ``tr``'s graph for :class:`GradientInfo` and :class:`GradientReach`."""
-    from optimus_bridge.translate import meta_val
-
-    if level != "pre_grad":
-        return None, None
-    grad, no_grad, params = set(), set(), {}
-    computed = False
-    for node, h in tr.node_id.items():
-        val = meta_val(node)
-        if not isinstance(val, torch.Tensor):
-            continue
-        if not val.requires_grad:
-            no_grad.add(h)
-            continue
-        grad.add(h)
-        if node.op == "placeholder" or node.op == "get_attr":
-            if val.is_leaf:
-                params[h] = val.numel() if all(isinstance(s, int) for s in val.shape) else None
-        else:
-            computed = True
-    info = GradientInfo(frozenset(grad), frozenset(no_grad), params) if computed else None
-
-    nodes = list(tr.gm.graph.nodes)
-    rg = {n: _requires_grad(n) for n in nodes if n.op != "output"}
-    sources = [n for n in nodes if rg.get(n) and not any(rg.get(a) for a in n.all_input_nodes)]
-    if not sources:
-        return info, GradientReach()
-    bit = {n: 1 << i for i, n in enumerate(sources)}
-    out_node = next(n for n in reversed(nodes) if n.op == "output")
-    carries, reaches = propagate_reach(nodes, lambda n, m: rg[n], lambda n: bit.get(n, 0), out_node)
-    # pure op keys whose eager nodes drop gradient: a term of that key carries none (lowering's check)
-    key_of = {}
-    for rel in ("UnaryIn", "BinaryIn", "ApplyIn"):
-        for row in tr.rows.get(rel, ()):
-            if row[1] in tr.recipes:
-                key_of[row[0]] = row[1]
-    nondiff = set()
-    for node, h in tr.node_id.items():
-        k = key_of.get(h)
-        if k is not None and not rg.get(node) and any(rg.get(a) for a in node.all_input_nodes):
-            nondiff.add(k)
-    at_output = tuple(carries.get(a, 0) if a is not None else 0 for a in output_nodes(out_node))
-    return info, GradientReach(tuple(sources), carries, reaches, at_output, frozenset(nondiff))
-
-
-def _facts(tr, level: str):
-    """:func:`_compute_facts`, computed once per Translation and level (cached on it)."""
-    cache = tr.__dict__.setdefault("_gradient_facts", {})
-    if level not in cache:
-        cache[level] = _compute_facts(tr, level)
-    return cache[level]
-
-
-def gradient_info(tr, level: str = "pre_grad"):
-    """Which terms of a translated graph (``optimus_bridge.translate.Translation``) require grad
-    (:class:`GradientInfo`, from the FX nodes' FakeTensor meta), or
-    None when the graph will not be differentiated: no computed node's value requires grad (traced under
-    ``torch.no_grad``, or no input requires grad), or an Aten-IR graph (``post_grad``: AOTAutograd has
-    already split off the backward, which is optimized as a graph of its own). Computed once per
-    Translation, with :func:`gradient_reach`."""
-    return _facts(tr, level)[0]
-
-
-def gradient_reach(tr, level: str = "pre_grad"):
-    """Eager's gradient paths (:class:`GradientReach`) of a translated Torch-IR graph, or None for an
-    Aten-IR graph (``post_grad``). Its ``sources`` are empty when no value requires grad. Computed once per
-    Translation, with :func:`gradient_info`."""
-    return _facts(tr, level)[1]
 
 
 def contiguous_strides(shape) -> tuple:

@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass, field
 
 from optimus_eq.cost import GPUCostModel
+from optimus_eq.extract.grad import member_grad_is_strided
 from optimus_eq.extract.view import EGraphView, no_gc
 
 
@@ -184,8 +185,6 @@ def _input_cost(rows: dict, root_ids: list[int], opaque_keys, model: GPUCostMode
 def _input_backward(rows, terms, seen, shapes, size, shape_of_vec, cat_dims, gradients, model) -> float:
     """The backward's cost of the input graph's terms (``seen``), priced as
     :func:`optimus_eq.extract.grad.training_costs` prices e-nodes."""
-    from optimus_eq.extract.grad import member_grad_is_strided
-
     perms = {row[0]: shape_of_vec.get(row[2]) for row in rows.get("PermuteIn", ())}
     unsq = {row[0]: (row[1], row[2]) for row in rows.get("UnsqueezeIn", ())}
     grad = set(gradients.requires_grad) & set(terms)

@@ -10,6 +10,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from optimus_eq.cost import GPUCostModel, numel
+from optimus_eq.extract.grad import training_costs
 from optimus_eq.terms import CONSTRUCTORS
 
 _TERM_SORTS = frozenset(["T", "TL", "Args"])
@@ -226,7 +227,5 @@ class EGraphView:
                 cost = memo[key] = model.node_cost(key[0], key[1], list(key[2]), key[3])
             node.cost = cost
         if self.gradients and getattr(model, "training", False):
-            from optimus_eq.extract.grad import training_costs
-
             for nid, extra in training_costs(self, self.gradients, model, forced).items():
                 self.nodes[nid].cost += extra

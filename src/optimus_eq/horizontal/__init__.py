@@ -16,7 +16,7 @@ from optimus_eq.horizontal.driver import DEFAULT_OPTIONS, HorizontalContext, fus
 from optimus_eq.horizontal.plan import Member, PlanGraph
 from optimus_eq.horizontal.rows import RowWriter
 from optimus_eq.horizontal.subsets import find_independent_subset_greedy
-from optimus_eq.patterns.registry import HorizontalPattern
+from optimus_eq.registry import HorizontalPattern
 
 __all__ = ["DEFAULT_OPTIONS", "HorizontalContext", "HorizontalPattern", "Member", "PlanGraph", "RowWriter",
            "find_independent_subset_greedy", "fuse_round"]

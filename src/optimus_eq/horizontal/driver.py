@@ -13,8 +13,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-import torch
-
 from optimus_eq.horizontal.plan import PlanGraph
 from optimus_eq.horizontal.rows import IdAlloc, RowWriter
 
@@ -31,6 +29,21 @@ ACCEPTED_UNREAD_OPTIONS = frozenset(["require_fbgemm", "fuse_nodes_with_same_par
                                      "shape_broadcast_batch_linear"])
 
 
+@dataclass(frozen=True)
+class EagerTerms:
+    """Eager's values of a translated graph's terms, as the bridge reads them off FX meta
+    (``optimus_bridge.eager_terms``): what a horizontal round needs of eager besides the e-graph.
+
+    Attributes:
+        values: ``(term handle id, FakeTensor)`` per translated FX node whose meta value is a tensor, in graph
+            order.
+        outputs: handle ids of the translated nodes the graph's output node reads.
+    """
+
+    values: tuple = ()
+    outputs: tuple = ()
+
+
 @dataclass
 class HorizontalContext:
     """What a round needs besides the e-graph.
@@ -45,6 +58,10 @@ class HorizontalContext:
         fired: pattern name -> groups fused (greedy) or fused alternatives added (eqsat).
         members: pattern name -> ops in those groups.
         level: the graph's IR level (``"pre_grad"`` or ``"post_grad"``; gradient signatures are pre-grad only).
+        eager_terms: ``tr -> EagerTerms`` (``optimus_bridge.eager_terms.eager_terms``, computed once per
+            Translation); None: no eager values (no graph outputs known, every class taken as non-contiguous).
+        grad_facts: ``(tr, level) -> (GradientInfo | None, GradientReach | None)``, the eager gradient facts the
+            bridge reads off FX meta (``optimus_bridge.grad_facts.facts``); None: no gradient signatures.
         skipped: rounds not run because the e-graph's deadline (``Limits.seconds`` of the whole call) had
             passed.
     """
@@ -57,6 +74,8 @@ class HorizontalContext:
     alloc: IdAlloc | None = None
     level: str = "pre_grad"
     skipped: int = 0
+    grad_facts: Callable | None = None
+    eager_terms: Callable | None = None
 
 
 def pattern_options(pattern, overrides: dict) -> dict:
@@ -77,6 +96,11 @@ def pattern_options(pattern, overrides: dict) -> dict:
     return opts
 
 
+def eager_terms(ctx: HorizontalContext) -> EagerTerms:
+    """The round's :class:`EagerTerms` (empty without ``ctx.eager_terms``)."""
+    return ctx.eager_terms(ctx.tr) if ctx.eager_terms is not None else EagerTerms()
+
+
 def plan_of(egraph, ctx: HorizontalContext):
     """Extract the current best plan: ``(view, choice, output classes, eager contiguity per class)``.
 
@@ -84,15 +108,13 @@ def plan_of(egraph, ctx: HorizontalContext):
         RuntimeError: when the e-graph holds facts no sound rule derives (``EGraphView.inconsistent``) or
             some root has no acyclic plan (from :func:`optimus_eq.extract.extract`).
     """
-    tr = ctx.tr
     view, ex = ctx.plan(egraph)
-    out_node = next(n for n in reversed(tr.gm.graph.nodes) if n.op == "output")
-    outputs = {view.node_of[tr.node_id[a]] for a in out_node.all_input_nodes if a in tr.node_id}
+    eager = eager_terms(ctx)
+    outputs = {view.node_of[h] for h in eager.outputs}
     contiguous: dict = {}
-    for n, tid in tr.node_id.items():
-        val = n.meta.get("val", n.meta.get("example_value"))
+    for tid, val in eager.values:
         c = view.node_of.get(tid)
-        if isinstance(val, torch.Tensor) and c is not None:
+        if c is not None:
             try:
                 ok = bool(val.is_contiguous())
             except Exception:  # symbolic strides
@@ -114,11 +136,11 @@ def fuse_round(egraph, patterns: Sequence, ctx: HorizontalContext, destructive: 
     if ctx.alloc is None:
         ctx.alloc = IdAlloc(ctx.tr.rows)
     view, choice, outputs, contiguous = plan_of(egraph, ctx)
-    plan = PlanGraph(view, choice, ctx.tr, outputs, contiguous, ctx.level)
+    plan = PlanGraph(view, choice, ctx.tr, outputs, contiguous, ctx.level, ctx.grad_facts)
     if not plan.acyclic():
         # a plan whose kept FX nodes cannot keep their order: lowering rejects it anyway; fuse nothing
         return 0
-    writer = RowWriter(ctx.tr, view, choice, ctx.alloc)
+    writer = RowWriter(ctx.tr, view, choice, ctx.alloc, eager_terms(ctx).values)
     fused: set = set()
     groups = 0
     for p in patterns:

@@ -8,7 +8,7 @@ sharing their input become one wider linear before the rest are batched.
 from __future__ import annotations
 
 from optimus_eq.horizontal import builders as b
-from optimus_eq.patterns.registry import HorizontalPattern
+from optimus_eq.registry import HorizontalPattern
 
 
 def _pointwise(name: str, op: str, doc: str, exclude_outputs: bool = False,
@@ -137,7 +137,7 @@ decompose_mm_pass = HorizontalPattern(
     levels=("post_grad",),
     doc="""Memory-bound aten.mm / aten.addmm / aten.bmm with tiny dimensions become a multiply and a sum
     (upstream torch/_inductor/fx_passes/decompose_mem_bound_mm.py, with its size guards and option names:
-    see ``builders.should_decompose``).
+    see ``decompose_mm.should_decompose``).
 
     aten.mm(A, B)            (A: [M, K], B: [K, N]; CUDA: M >= 10240, K, N < 32; CPU: M <= 1, K, N <= 2048)
         =>  aten.sum.dim_IntList(aten.mul.Tensor(A.unsqueeze(2), B.unsqueeze(0)), [-2])

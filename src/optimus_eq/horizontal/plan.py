@@ -32,6 +32,8 @@ from typing import Callable, Iterator
 
 import networkx as nx
 
+from optimus_eq.extract.grad import grad_classes
+from optimus_eq.extract.plan import chosen_list
 from optimus_eq.horizontal.subsets import greedy_subsets
 
 LIST_OPS = frozenset(["Cons", "Nil", "ACons", "ANil"])
@@ -90,8 +92,9 @@ class PlanGraph:
         level: ``"pre_grad"`` or ``"post_grad"`` (:meth:`grad_signature` is None at post-grad).
     """
 
-    def __init__(self, view, choice: dict, tr, outputs: set, eager_contiguous: dict, level: str = "pre_grad") -> None:
-        self.view, self.choice, self.tr, self.level = view, choice, tr, level
+    def __init__(self, view, choice: dict, tr, outputs: set, eager_contiguous: dict, level: str = "pre_grad",
+                 grad_facts=None) -> None:
+        self.view, self.choice, self.tr, self.level, self.grad_facts = view, choice, tr, level, grad_facts
         self.outputs = outputs
         self.eager_contiguous = eager_contiguous
         self.g = nx.DiGraph()
@@ -121,8 +124,6 @@ class PlanGraph:
     # -- structure ---------------------------------------------------------------------------------
     def elements(self, list_cls) -> list:
         """The element classes of a chosen list (``Cons``/``ACons`` chain)."""
-        from optimus_eq.extract.plan import chosen_list
-
         return chosen_list(self.view, self.choice, list_cls)
 
     def term_children(self, en) -> list:
@@ -197,21 +198,17 @@ class PlanGraph:
         (``optimus_bridge.lower``, ``_keep_gradient_paths``).
         """
         if self._sig is None:
-            from optimus_eq.extract.grad import gradient_info, gradient_reach
-
-            reach = gradient_reach(self.tr, self.level)
+            info, reach = self.grad_facts(self.tr, self.level) if self.grad_facts else (None, None)
             self._reach = reach if reach is not None and reach.sources else None
             self._sig = self._reach.class_reach(self.tr, self.view) if self._reach else {}
-            info = gradient_info(self.tr) if self._reach else None
+            info = info if self._reach else None
             self._grad = set() if info is None else None  # computed on first use
         if self._reach is None:
             return None
         if c in self._sig:
             return self._sig[c]
         if self._grad is None:
-            from optimus_eq.extract.grad import gradient_info, grad_classes
-
-            self._grad = grad_classes(self.view, gradient_info(self.tr))
+            self._grad = grad_classes(self.view, self.grad_facts(self.tr, "pre_grad")[0])
         # iterative post-order over plan readers of classes without FX nodes
         stack = [c]
         while stack:

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-import torch
-
 from optimus_eq.terms import MAX_RANK
 
 _TERM_RELATIONS = ("LeafIn", "ApplyIn", "NarrowIn", "SelectIn", "CatIn", "UnsqueezeIn", "ReshapeIn",
@@ -43,10 +41,13 @@ class RowWriter:
         tr: the Translation (its ``keys``, ``recipes`` and ``types`` get the new ops' keys).
         view, choice: the e-graph and the plan (to find or re-insert handles of existing classes).
         alloc: the id allocator, shared by every round of one optimization.
+        eager_values: ``(term handle id, eager's value)`` per translated FX node, in graph order
+            (:attr:`optimus_eq.horizontal.driver.EagerTerms.values`).
     """
 
-    def __init__(self, tr, view, choice: dict, alloc: IdAlloc) -> None:
+    def __init__(self, tr, view, choice: dict, alloc: IdAlloc, eager_values=()) -> None:
         self.tr, self.view, self.choice, self.alloc = tr, view, choice, alloc
+        self.eager_values = eager_values
         self.rows: dict[str, list[tuple]] = defaultdict(list)
         self.subsume_rows: dict[str, list[tuple]] = defaultdict(list)
         self._handle: dict = {}
@@ -56,14 +57,13 @@ class RowWriter:
         self._eager: dict | None = None
 
     def eager_value(self, cls):
-        """Eager's value (the tensor in ``node.meta``: ``val`` or ``example_value``) of the first translated
-        FX node in e-class ``cls``, or None. One pass over the graph, on the first call."""
+        """Eager's value (a FakeTensor) of the first translated FX node in e-class ``cls``, or None. One pass over
+        ``eager_values``, on the first call."""
         if self._eager is None:
             self._eager = {}
-            for n, tid in self.tr.node_id.items():
+            for tid, val in self.eager_values:
                 c = self.view.node_of.get(tid)
-                val = n.meta.get("val", n.meta.get("example_value"))
-                if c is not None and isinstance(val, torch.Tensor):
+                if c is not None:
                     self._eager.setdefault(c, val)
         return self._eager.get(cls)
 

@@ -8,8 +8,8 @@ patterns (:mod:`optimus_eq.patterns.aten`) follow, in Optimus' post-grad order.
 from __future__ import annotations
 
 from optimus_eq.patterns import aten, pointwise, split_cat, views
-from optimus_eq.patterns.registry import HorizontalPattern, Pattern, PatternRegistry, Rule
-from optimus_eq.horizontal import patterns as horizontal  # noqa: E402  (imports the registry module above)
+from optimus_eq.registry import HorizontalPattern, Pattern, PatternRegistry, Rule
+from optimus_eq.horizontal import patterns as horizontal
 
 DEFAULT_REGISTRY = PatternRegistry()
 for _p in (

@@ -28,7 +28,7 @@ What upstream does and where we differ:
 from __future__ import annotations
 
 from optimus_eq.patterns import split_cat, views
-from optimus_eq.patterns.registry import Pattern, Rule, renamed
+from optimus_eq.registry import Pattern, Rule, renamed
 
 
 def _runs(prefix: str) -> tuple[Rule, ...]:

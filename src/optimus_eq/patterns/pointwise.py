@@ -7,7 +7,7 @@ when only some pieces are used is left to the cost model (eqsat); greedy always 
 
 from __future__ import annotations
 
-from optimus_eq.patterns.registry import Pattern, Rule
+from optimus_eq.registry import Pattern, Rule
 
 pointwise_through_slice = Pattern(
     name="pointwise_through_slice",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from optimus_eq.patterns.registry import Pattern, Rule, renamed
+from optimus_eq.registry import Pattern, Rule, renamed
 from optimus_eq.terms import MAX_RANK
 
 _HEAD = "(Cons d (Narrow x d s l n) R)"
@@ -322,19 +322,4 @@ split_cat_to_slices_pass = Pattern(
     that it can be selected alone. ``threshold_to_cat`` is accepted and stored on the selection but not
     used: a merged run is never more expensive than its pieces (a view instead of a copy per piece).
     """,
-)
-
-PATTERNS = (
-    normalization_pass,
-    remove_split_with_size_one_pass,
-    merge_splits_pass,
-    split_of_cat_pass,
-    unbind_stack_pass,
-    unbind_stack_to_slices_pass,
-    split_stack_to_cats_pass,
-    unbind_cat_to_view_pass,
-    merge_getitem_cat_pass,
-    split_cat_pass,
-    split_cat_to_slices_pass,
-    mutate_cat_pass,
 )

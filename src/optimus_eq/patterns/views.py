@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from optimus_eq.patterns.registry import Pattern, Rule
+from optimus_eq.registry import Pattern, Rule
 from optimus_eq.patterns.split_cat import run_base, unflatten_shape
 from optimus_eq.terms import MAX_RANK
 

@@ -15,6 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
+from egglog import bindings
+
+from optimus_eq.terms import ANALYSIS_RULES, SCHEMA
+
 KINDS = ("vertical", "horizontal", "canonical")
 LEVELS = ("pre_grad", "post_grad")
 
@@ -159,10 +163,6 @@ def _check_rules(rules: tuple[Rule, ...]) -> None:
     """Compile each rule into a scratch e-graph that holds the term language; egglog type-checks it."""
     if not rules:
         return
-    from egglog import bindings
-
-    from optimus_eq.terms import ANALYSIS_RULES, SCHEMA
-
     egraph = bindings.EGraph()
     egraph.run_program(*egraph.parse_program(SCHEMA + ANALYSIS_RULES + "(ruleset check)"))
     for rule in rules:

@@ -11,6 +11,8 @@ from typing import Sequence
 import torch
 from torch.fx import GraphModule
 
+from optimus_bridge.translate import meta_val
+
 
 def _ensure_meta(gm: GraphModule, example_inputs: Sequence | None, level: str = "pre_grad") -> GraphModule:
     """``gm`` when its nodes carry FakeTensor meta (dynamo graphs have it; symbolic_trace graphs do not), else
@@ -22,7 +24,7 @@ def _ensure_meta(gm: GraphModule, example_inputs: Sequence | None, level: str = 
     ``_set_grad_enabled`` of a ``with torch.no_grad():``, ``_log_api_usage_once``) returns None and has no
     meta: it does not make the graph lack meta. Rerunning FakeTensorProp over dynamo's meta would lose its
     ``requires_grad`` (FakeTensorProp stores detached FakeTensors), which training pricing
-    (:func:`optimus_eq.extract.grad.gradient_info`) and split lowering read.
+    (:func:`optimus_bridge.grad_facts.gradient_info`) and split lowering read.
 
     Raises:
         ValueError: the graph has no meta and no ``example_inputs`` came (inside ``optimize``'s fail-safe:
@@ -48,8 +50,6 @@ def _ensure_meta(gm: GraphModule, example_inputs: Sequence | None, level: str = 
 
 def _has_meta(gm: GraphModule, level: str) -> bool:
     """Whether the nodes :func:`_ensure_meta` needs carry FakeTensor meta."""
-    from optimus_bridge.translate import meta_val
-
     needed = [n for n in gm.graph.nodes if n.op == "placeholder" or (
         level != "post_grad" and n.op != "output" and n.users)]
     return all(meta_val(n) is not None for n in needed)

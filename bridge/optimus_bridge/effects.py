@@ -1,0 +1,76 @@
+"""Side effects of an FX node that no rewrite may move across: writes into an input (in-place ops, ``out=``,
+``setitem``, ``x += y``) and switches of global state (grad mode, autocast, inference mode). The same at
+both IR levels, so :mod:`optimus_bridge.vocab` and :mod:`optimus_bridge.aten_vocab` both give these."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import operator
+
+import torch
+from torch.fx import Node
+
+_INPLACE_OPERATORS = frozenset(
+    [operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv,
+     operator.imod, operator.ipow, operator.iand, operator.ior, operator.ixor, operator.ilshift,
+     operator.irshift, operator.imatmul]
+)
+
+
+_GLOBAL_STATE_NAMES = frozenset(
+    ["_set_grad_enabled", "set_grad_enabled", "_enter_autocast", "_exit_autocast", "_set_autocast_enabled",
+     "set_autocast_enabled", "_enter_inference_mode", "_exit_inference_mode", "_set_deterministic_algorithms"]
+)
+
+
+def changes_global_state(node: Node) -> bool:
+    """True for nodes that switch grad mode, autocast or inference mode for the nodes after them
+    (dynamo records ``with torch.no_grad():`` as ``torch._C._set_grad_enabled`` calls)."""
+    if node.op != "call_function":
+        return False
+    name = getattr(node.target, "__name__", "")
+    module = getattr(node.target, "__module__", "") or ""
+    return name in _GLOBAL_STATE_NAMES or "autocast" in module and name.startswith(("_enter", "_exit"))
+
+
+@functools.lru_cache(maxsize=None)
+def _inplace_position(target) -> int | None:
+    """Position of an ``inplace`` parameter of a Python function (F.relu(x, True)), or None."""
+    try:
+        params = list(inspect.signature(target).parameters)
+    except (TypeError, ValueError):
+        return None
+    return params.index("inplace") if "inplace" in params else None
+
+
+def is_mutation(node: Node, gm: torch.fx.GraphModule | None = None) -> bool:
+    """True when ``node`` writes into one of its inputs (in-place op, ``out=``, setitem, ``x += y``)."""
+    if node.kwargs.get("inplace") is True or "out" in node.kwargs:
+        return True
+    if node.op == "call_function" and callable(node.target):
+        try:
+            pos = _inplace_position(node.target)
+        except TypeError:  # unhashable target
+            pos = None
+        if pos is not None and len(node.args) > pos and node.args[pos] is True:
+            return True
+    if node.op == "call_method":
+        name = node.target
+        return name.endswith("_") and not name.startswith("__")
+    if node.op == "call_function":
+        if node.target in _INPLACE_OPERATORS:
+            return True
+        if getattr(node.target, "__module__", None) in ("_operator", "operator"):
+            return False  # operator.and_ / or_ / not_ are the non-in-place ``&``, ``|``, ``not``
+        schema = getattr(node.target, "_schema", None)
+        if schema is not None:
+            return bool(schema.is_mutable)
+        name = getattr(node.target, "__name__", "")
+        return name.endswith("_") and not name.startswith("__")
+    if node.op == "call_module" and gm is not None:
+        try:
+            return bool(getattr(gm.get_submodule(node.target), "inplace", False))
+        except AttributeError:
+            return True
+    return False

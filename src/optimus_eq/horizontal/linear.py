@@ -1,0 +1,200 @@
+"""Linear families: batch_linear (n linears of equal shapes -> one bmm/baddbmm), batch_linear_lhs (linears
+reading one input -> one linear with concatenated weights) and batch_linear_post_grad (aten.mm / aten.addmm
+-> aten.bmm / aten.baddbmm)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from optimus_eq.horizontal.recipes import bound_call, check_one_input_type, recipe, slot, slots
+
+LINEAR_PARAMS = ("input", "weight", "bias")
+
+
+def _linear_parts(m):
+    """(x, w, b) input indices of a ``F.linear`` member (b None without bias), or raise."""
+    bound = bound_call(m, "linear", LINEAR_PARAMS)
+    x, wt, b = slot(bound, "input"), slot(bound, "weight"), slot(bound, "bias")
+    if x is None or wt is None:
+        raise ValueError("no input or weight")
+    xs, ws = m.in_shapes[x], m.in_shapes[wt]
+    if xs is None or ws is None or len(ws) != 2 or len(xs) < 2 or xs[-1] != ws[1]:
+        raise ValueError("shapes")
+    if b is not None and m.in_shapes[b] != (ws[0],):
+        raise ValueError("bias shape")
+    check_one_input_type(m)
+    return x, wt, b
+
+
+def linear_key(m):
+    """batch_linear: same input shape, weight shape, bias or not, dtypes and devices."""
+    try:
+        x, wt, b = _linear_parts(m)
+    except ValueError:
+        return None
+    return ("batch_linear", m.in_shapes[x], m.in_shapes[wt], b is not None, m.types)
+
+
+def _trains_weights(w, members, wt: int) -> bool:
+    """True when some member's weight and output both require grad in eager's values (``node.meta``):
+    the graph is a training step's forward that differentiates the weights. False when unknown."""
+    for m in members:
+        weight, y = w.eager_value(m.inputs[wt]), w.eager_value(m.cls)
+        if weight is not None and y is not None and weight.requires_grad and y.requires_grad:
+            return True
+    return False
+
+
+def build_linear(w, members) -> None:
+    """``Y^T = baddbmm(stack(b).unsqueeze(2), stack(w), stack(x).permute(0, 2, 1))`` (``bmm`` without
+    bias; x of rank > 2 flattened to ``[n, rows, in]``), ``y_i = Y^T.permute(0, 2, 1).select(0, i)``
+    (viewed back to x's leading dims).
+
+    The weights are ``bmm``'s first operand, untransposed, so their gradient ``dY^T @ X`` (derivatives.yaml,
+    ``bmm``: ``self: grad.bmm(mat2.transpose(1, 2))``) is a contiguous ``[n, out, in]`` whose slices have
+    each weight's own layout: AccumulateGrad takes them without a copy (``Y = X @ W^T`` would give every
+    weight a transposed gradient slice and one eager clone each, see extract/grad.py). The members are
+    transposed views of ``Y^T``; pointwise readers read them in place, and a graph output gets eager's
+    contiguous layout from the lowering's stride fix (bridge/optimus_bridge/lower.py, ``_fix_strides``).
+
+    That form is for graphs that train the weights (:func:`_trains_weights`); without a backward there is
+    no copy to save, so an inference graph gets ``Y = baddbmm(stack(b).unsqueeze(1), stack(x),
+    stack(w).permute(0, 2, 1))``, whose members are contiguous as eager's linears (no output clone, no
+    strided reads).
+    """
+    m0, n = members[0], len(members)
+    x, wt, b = _linear_parts(m0)
+    xs, (out, inp) = tuple(m0.in_shapes[x]), m0.in_shapes[wt]
+    rows = 1
+    for s in xs[:-1]:
+        rows *= s
+    X = w.stack([w.handle(m.inputs[x]) for m in members], xs)
+    if len(xs) > 2:
+        X = w.reshape(X, (n, rows, inp))
+    W = w.stack([w.handle(m.inputs[wt]) for m in members], (out, inp))
+    types = (tuple(m0.types[0][:1] * 3), m0.types[1])
+    B = None
+    if b is not None:
+        B = w.stack([w.handle(m.inputs[b]) for m in members], (out,))
+    if _trains_weights(w, members, wt):  # Y^T = W @ X^T: weight gradients in the weights' layout
+        lhs, rhs, shape, bias_dim = W, w.permute(X, (0, 2, 1), (n, inp, rows)), (n, out, rows), 2
+    else:                                 # Y = X @ W^T: members contiguous, as eager's
+        lhs, rhs, shape, bias_dim = X, w.permute(W, (0, 2, 1), (n, inp, out)), (n, rows, out), 1
+    if B is None:
+        key = w.key("bmm", recipe("bmm", torch.bmm, slots(2)), types)
+        Y = w.apply(key, [lhs, rhs], shape)
+    else:
+        B = w.unsqueeze(B, bias_dim, shape[:bias_dim] + (1,) + shape[bias_dim + 1:])
+        key = w.key("baddbmm", recipe("baddbmm", torch.baddbmm, slots(3)), types)
+        Y = w.apply(key, [B, lhs, rhs], shape)
+    if bias_dim == 2:
+        Y = w.permute(Y, (0, 2, 1), (n, rows, out))
+    for i, m in enumerate(members):
+        y = w.select(Y, 0, i, n, (rows, out))
+        if len(xs) > 2:
+            y = w.reshape(y, xs[:-1] + (out,))
+        w.union(m, y)
+
+
+def linear_lhs_key(m):
+    """batch_linear_lhs: linears reading the same input (e-class), bias or not, dtypes and devices."""
+    try:
+        x, wt, b = _linear_parts(m)
+    except ValueError:
+        return None
+    if not m.in_shapes[wt] or m.in_shapes[wt][0] == 0:
+        # no output features: nothing to fuse, and the weight cat drops the empty weight (which then gets no
+        # gradient where eager gives it an empty one)
+        return None
+    return ("batch_linear_lhs", m.inputs[x], m.in_shapes[x], b is not None, m.types)
+
+
+linear_lhs_key.shared_input = True  # members are gathered by their input too (PlanGraph.groups)
+
+
+def build_linear_lhs(w, members) -> None:
+    m0 = members[0]
+    x, wt, b = _linear_parts(m0)
+    xs = tuple(m0.in_shapes[x])
+    outs = [m.in_shapes[wt][0] for m in members]
+    total = sum(outs)
+    W = w.cat([w.handle(m.inputs[wt]) for m in members], 0, (total, xs[-1]))
+    args = [w.handle(m0.inputs[x]), W]
+    if b is not None:
+        args.append(w.cat([w.handle(m.inputs[b]) for m in members], 0, (total,)))
+    linear = recipe("linear", F.linear, slots(len(args)))
+    key = w.key(f"linear{len(args)}", linear, (tuple(m0.types[0][:1] * len(args)), m0.types[1]))
+    Y = w.apply(key, args, xs[:-1] + (total,))
+    start, d = 0, len(xs) - 1
+    for m, o in zip(members, outs):
+        w.union(m, w.narrow(Y, d, start, o, total, xs[:-1] + (o,)))
+        start += o
+
+
+# -- Aten-IR (post-grad) linear: aten.mm / aten.addmm -> aten.bmm / aten.baddbmm -----------------------
+
+def mm_operands(m):
+    """``(kind, bias, a, b)`` of a plain aten.mm / aten.addmm (beta = alpha = 1) / aten.bmm member (kind
+    ``"mm"`` or ``"bmm"``, bias None or its input index, a and b the matrices' input indices), or raise
+    ValueError."""
+    aten = torch.ops.aten
+    r = m.recipe
+    if m.op != "Apply" or r.op != "call_function" or r.kwargs:
+        raise ValueError("not a plain aten call")
+    if r.target is aten.mm.default and r.args == slots(2):
+        return "mm", None, 0, 1
+    if r.target is aten.addmm.default and r.args == slots(3):
+        return "mm", 0, 1, 2
+    if r.target is aten.bmm.default and r.args == slots(2):
+        return "bmm", None, 0, 1
+    raise ValueError("not mm, addmm or bmm")
+
+
+def _aten_mm_parts(m):
+    """(bias, mat1, mat2) input indices of an ``aten.mm``/``aten.addmm`` member (bias None for mm), or
+    raise. addmm must have beta = alpha = 1 and a bias of shape [N], [1, N] or [M, N]."""
+    kind, bias, a, b = mm_operands(m)
+    if kind != "mm":
+        raise ValueError("not mm/addmm with default beta and alpha")
+    sa, sb = m.in_shapes[a], m.in_shapes[b]
+    if sa is None or sb is None or len(sa) != 2 or len(sb) != 2 or sa[1] != sb[0]:
+        raise ValueError("shapes")
+    if bias is not None and m.in_shapes[bias] not in ((sb[1],), (1, sb[1]), (sa[0], sb[1])):
+        raise ValueError("bias shape")
+    check_one_input_type(m)
+    return bias, a, b
+
+
+def aten_linear_key(m):
+    """batch_linear_post_grad: aten.mm or aten.addmm of equal operand shapes, dtypes and devices."""
+    try:
+        bias, a, b = _aten_mm_parts(m)
+    except ValueError:
+        return None
+    return ("batch_linear_post_grad", bias is not None, tuple(tuple(s) for s in m.in_shapes), m.types)
+
+
+def build_aten_linear(w, members) -> None:
+    """``Y = aten.baddbmm(stack(bias) (viewed to [n, 1|M, N]), stack(mat1), stack(mat2))`` (``aten.bmm``
+    without bias), ``y_i = Y.select(0, i)``. The stacks are cats of unsqueezes, which the vertical rules
+    turn into views where the operands are slices of one tensor."""
+    aten = torch.ops.aten
+    m0, n = members[0], len(members)
+    bias, a, b = _aten_mm_parts(m0)
+    (M, K), (_, N) = m0.in_shapes[a], m0.in_shapes[b]
+    A = w.stack([w.handle(m.inputs[a]) for m in members], (M, K))
+    B = w.stack([w.handle(m.inputs[b]) for m in members], (K, N))
+    t = m0.types[0][0]
+    if bias is None:
+        key = w.key("aten.bmm", recipe("bmm", aten.bmm.default, slots(2)), ((t, t), m0.types[1]))
+        Y = w.apply(key, [A, B], (n, M, N))
+    else:
+        bs = tuple(m0.in_shapes[bias])
+        C = w.stack([w.handle(m.inputs[bias]) for m in members], bs)
+        if len(bs) == 1:
+            C = w.unsqueeze(C, 1, (n, 1, N))
+        key = w.key("aten.baddbmm", recipe("baddbmm", aten.baddbmm.default, slots(3)), ((t, t, t), m0.types[1]))
+        Y = w.apply(key, [C, A, B], (n, M, N))
+    for i, m in enumerate(members):
+        w.union(m, w.select(Y, 0, i, n, (M, N)))
