@@ -20,9 +20,12 @@ the vertical rules turn a stack of slices of one tensor into a view when the gro
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
+from optimus_eq.symbolic import is_static
 from optimus_eq.terms import MAX_RANK
 
 #: Ops whose every call draws fresh random numbers: a fused call gets a key of its own (never merged).
@@ -176,9 +179,7 @@ def build_linear(w, members) -> None:
     m0, n = members[0], len(members)
     x, wt, b = _linear_parts(m0)
     xs, (out, inp) = tuple(m0.in_shapes[x]), m0.in_shapes[wt]
-    rows = 1
-    for s in xs[:-1]:
-        rows *= s
+    rows = _prod(w, xs[:-1])  # a token when a leading dim is symbolic (the batch)
     X = w.stack([w.handle(m.inputs[x]) for m in members], xs)
     if len(xs) > 2:
         X = w.reshape(X, (n, rows, inp))
@@ -196,6 +197,7 @@ def build_linear(w, members) -> None:
         Y = w.apply(key, [lhs, rhs], shape)
     else:
         B = w.unsqueeze(B, bias_dim, shape[:bias_dim] + (1,) + shape[bias_dim + 1:])
+        B = _expand_symbolic(w, B, shape, types[0][0])
         key = w.key("baddbmm", _recipe("baddbmm", torch.baddbmm, _slots(3)), types)
         Y = w.apply(key, [B, lhs, rhs], shape)
     if bias_dim == 2:
@@ -205,6 +207,32 @@ def build_linear(w, members) -> None:
         if len(xs) > 2:
             y = w.reshape(y, xs[:-1] + (out,))
         w.union(m, y)
+
+
+def _prod(w, sizes) -> int:
+    """The product of e-graph sizes (a symbolic token when one is: :class:`optimus_eq.symbolic.SizeTable`)."""
+    table = getattr(w.tr, "sizes", None)
+    if table is None:
+        return math.prod(sizes)
+    return table.prod(sizes)
+
+
+def _expand_symbolic(w, h: int, shape, t) -> int:
+    """``h`` (a broadcasting operand of static shape, dtype and device ``t``) expanded to ``shape`` when
+    ``shape`` has a symbolic size, else ``h``. The meta kernels of baddbmm and addcmul cannot broadcast a
+    static operand over a symbolic batch (torch 2.13: "SymIntArrayRef expected to contain only concrete
+    integers"), so the operand is expanded first: a view, which Inductor folds into the kernel."""
+    if is_static(shape):
+        return h
+    shape = tuple(shape)
+    return w.apply(w.key(f"expand{shape}", _method("expand", *_sym_sizes(shape)), ((t,), t)), [h], shape)
+
+
+def _sym_sizes(shape) -> tuple:
+    """Recipe arguments for an e-graph shape: ints, and ``SymSize`` markers for symbolic tokens."""
+    from optimus_bridge.translate import SymSize
+
+    return tuple(SymSize(s) if s < 0 else s for s in shape)
 
 
 def linear_lhs_key(m):
@@ -309,7 +337,7 @@ def build_layer_norm(w, members) -> None:
     bshape = (n,) + (1,) * (len(xs) - len(ns)) + ns
 
     def stacked(i):  # left in the input dtype: type promotion computes the affine in float32 exactly
-        return w.reshape(w.stack([w.handle(m.inputs[i]) for m in members], ns), bshape)
+        return _expand_symbolic(w, w.reshape(w.stack([w.handle(m.inputs[i]) for m in members], ns), bshape), out, t)
 
     if wt is not None and b is not None:
         key = w.key("addcmul", _recipe("addcmul", torch.addcmul, _slots(3)), ((t, c, t), c))
@@ -537,6 +565,8 @@ def should_decompose(m, options: dict) -> bool:
     sa, sb = m.in_shapes[a], m.in_shapes[b]
     rank = 2 if kind == "mm" else 3
     if sa is None or sb is None or len(sa) != rank or len(sb) != rank or len(set(m.types[0])) != 1:
+        return False
+    if not (is_static(sa) and is_static(sb)):  # upstream's guards compare sizes: static ones only
         return False
     if not sum_keeps_dtype(m.types[0][0][0]):  # an int32 mm would come back as int64
         return False

@@ -189,7 +189,7 @@ unbind_cat_to_view_pass = Pattern(
             "unbind_cat_to_view/select_in_cat",
             "(Cons d (Select x d i n) R)",
             "(Cons d (Narrow (Reshape x (vec-set (vec-remove sh d) d (* n k))) d (* i k) k (* n k)) R)",
-            ("(= sh (shape x))", "(< (+ d 1) (vec-length sh))", "(= k (vec-get sh (+ d 1)))"),
+            ("(= sh (shape x))", "(< (+ d 1) (vec-length sh))", "(= k (vec-get sh (+ d 1)))", "(>= k 0)"),
         ),
         Rule(
             "unbind_cat_to_view/other_dim",
@@ -247,7 +247,7 @@ def _cat_other_dim_rule(dim: int, full: bool) -> Rule:
         f"(vec-set (vec-set sh {dim} l) c (* {m} (vec-get sh c))))",
         (f"(= L (Cons c (Narrow x {dim} s l n) R))", "(= sh (shape x))",
          f"(= e (OtherRunEnd L x {dim} c l s))", f"(= (Nil) (OtherRunRest L x {dim} c l s e))", "(> e (+ s l))",
-         *guard, f"(= p (MovePerm (+ (vec-length sh) 1) {dim} c))"),
+         *guard, "(>= (vec-get sh c) 0)", f"(= p (MovePerm (+ (vec-length sh) 1) {dim} c))"),
     )
 
 
