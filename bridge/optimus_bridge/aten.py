@@ -82,8 +82,10 @@ class AtenTranslator(Translator):
             return self._new("NarrowIn", xv, dim, start, end - start, n)
         if name == "select":
             dim = _norm_dim(a["dim"], rank)
-            n, i = self._static_size(x_val.shape[dim]), a["index"]
-            if not _is_int(i) or not -n <= i < n:
+            n, i = self._size(x_val.shape[dim]), a["index"]
+            if n < 0 and _is_int(i) and i >= 0:  # a symbolic dim: the trace checked i < n
+                return self._new("SelectIn", xv, dim, i, n)
+            if n < 0 or not _is_int(i) or not -n <= i < n:
                 raise Unsupported("select index out of range or symbolic")
             return self._new("SelectIn", xv, dim, i % n, n)
         if name == "expand":

@@ -804,8 +804,12 @@ class Translator:
                 raise Unsupported("advanced or symbolic index")
             elif isinstance(i, int):
                 n = shape[dim]
-                if n < 0:
-                    raise Unsupported("index into a symbolic dim")
+                if n < 0:  # a symbolic dim: Dynamo's trace checked i < n; Select carries the token
+                    if i < 0:
+                        raise Unsupported("negative index into a symbolic dim")
+                    cur = self._new("SelectIn", cur, dim, i, n)
+                    shape.pop(dim)
+                    continue
                 if not -n <= i < n:
                     raise Unsupported("index out of range")
                 cur = self._new("SelectIn", cur, dim, i % n, n)
