@@ -217,7 +217,7 @@ def _prod(w, sizes) -> int:
     return table.prod(sizes)
 
 
-def _expand_symbolic(w, h: int, shape, t) -> int:
+def _expand_symbolic(w, h: int, shape, t, aten_ir: bool = False) -> int:
     """``h`` (a broadcasting operand of static shape, dtype and device ``t``) expanded to ``shape`` when
     ``shape`` has a symbolic size, else ``h``. The meta kernels of baddbmm and addcmul cannot broadcast a
     static operand over a symbolic batch (torch 2.13: "SymIntArrayRef expected to contain only concrete
@@ -225,7 +225,11 @@ def _expand_symbolic(w, h: int, shape, t) -> int:
     if is_static(shape):
         return h
     shape = tuple(shape)
-    return w.apply(w.key(f"expand{shape}", _method("expand", *_sym_sizes(shape)), ((t,), t)), [h], shape)
+    if aten_ir:
+        recipe = _recipe("expand", torch.ops.aten.expand.default, (_slots(1)[0], list(_sym_sizes(shape))))
+    else:
+        recipe = _method("expand", *_sym_sizes(shape))
+    return w.apply(w.key(f"expand{shape}{aten_ir}", recipe, ((t,), t)), [h], shape)
 
 
 def _sym_sizes(shape) -> tuple:
@@ -418,6 +422,8 @@ def build_aten_linear(w, members) -> None:
         C = w.stack([w.handle(m.inputs[bias]) for m in members], bs)
         if len(bs) == 1:
             C = w.unsqueeze(C, 1, (n, 1, N))
+        if tuple(bs) != (M, N):
+            C = _expand_symbolic(w, C, (n, M, N), t, aten_ir=True)
         key = w.key("aten.baddbmm", _recipe("baddbmm", aten.baddbmm.default, _slots(3)), ((t, t, t), m0.types[1]))
         Y = w.apply(key, [C, A, B], (n, M, N))
     for i, m in enumerate(members):
