@@ -446,6 +446,7 @@ class Translator:
         self.rows["NilIn"].append((0,))
         self.rows["ANilIn"].append((0,))
         self._deps: dict[Node, list[int]] = {}  # kept non-tensor node -> terms it depends on
+        self._size_memo: dict = {}  # a SymInt's expression -> its token, or why it has none
         self._find_size_sources()
 
     # -- symbolic sizes (optimus_eq.symbolic) ---------------------------------------------------------
@@ -478,13 +479,21 @@ class Translator:
         c = s.node.maybe_as_int()
         if c is not None:
             return int(c)
-        e = _sym_expr(s)
-        hint = s.node.hint
-        if e is None or hint is None:
-            raise Unsupported("a size without a hint (data-dependent)")
-        if not _buildable(e, self.t.size_sources):
-            raise Unsupported(f"symbolic size {e} not readable from the graph's inputs")
-        return self.t.sizes.token(e, int(hint))
+        raw = s.node.expr
+        got = self._size_memo.get(raw)
+        if got is None:
+            e = _sym_expr(s)
+            hint = s.node.hint
+            if e is None or hint is None:
+                got = "a size without a hint (data-dependent)"
+            elif not _buildable(e, self.t.size_sources):
+                got = f"symbolic size {e} not readable from the graph's inputs"
+            else:
+                got = self.t.sizes.token(e, int(hint))
+            self._size_memo[raw] = got
+        if isinstance(got, str):
+            raise Unsupported(got)
+        return got
 
     def _shape(self, sizes) -> tuple:
         """:meth:`_size` of each entry of a shape (or stride) tuple."""
