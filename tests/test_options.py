@@ -10,7 +10,7 @@ import torch
 import optimus_eq
 from conftest import check, dynamo_graph, junk_after, rand
 from optimus_eq import DEFAULT_REGISTRY
-from optimus_eq.options import (UPSTREAM_POST_GRAD, UPSTREAM_PRE_GRAD, UPSTREAM_SCOPE, select_from_options,
+from optimus_eq.options import (UPSTREAM_POST_GRAD, option_notes, UPSTREAM_PRE_GRAD, UPSTREAM_SCOPE, select_from_options,
                                 upstream_names)
 
 # torch 2.13's Optimus option names (torch/_inductor/fx_passes/split_cat.py ``pre_grad_pass_names`` /
@@ -130,16 +130,63 @@ def test_unknown_name_raises_value_error_listing_valid_names():
         assert valid in msg
 
 
-@pytest.mark.parametrize("name", MISSING_PRE)
-def test_upstream_pre_grad_name_not_implemented_raises(name):
-    with pytest.raises(NotImplementedError, match=name):
-        select_from_options(DEFAULT_REGISTRY, {name: {}}, "pre_grad")
+@pytest.mark.parametrize("level,name", [("pre_grad", n) for n in MISSING_PRE] + [("post_grad", n) for n in MISSING_POST])
+def test_upstream_name_without_a_pattern_here_is_accepted_with_a_note(level, name):
+    """Issue 10 item 8: names the built-in registers no pattern under are no-ops, Inductor settings pass
+    through, group_linear is batch_linear_post_grad; the report says which."""
+    chosen = [p.name for p in select_from_options(DEFAULT_REGISTRY, {name: {}}, level)]
+    if name == "group_linear":
+        assert chosen == ["batch_linear_post_grad"]
+    else:
+        assert chosen == []
+    (note,) = option_notes(DEFAULT_REGISTRY, {name: {}}, level)
+    assert note.startswith(name)
+    optimus_eq.backend(**{f"{level}_fusion_options": {name: {}}})  # accepted at construction
 
 
-@pytest.mark.parametrize("name", MISSING_POST)
-def test_upstream_post_grad_name_not_implemented_raises(name):
-    with pytest.raises(NotImplementedError, match=name):
-        optimus_eq.backend(post_grad_fusion_options={name: {}})
+def test_upstream_name_implemented_nowhere_still_raises(monkeypatch):
+    import optimus_eq.options as options
+
+    monkeypatch.setattr(options, "upstream_names", lambda level: frozenset({"some_future_pass"}))
+    with pytest.raises(NotImplementedError, match="some_future_pass"):
+        select_from_options(DEFAULT_REGISTRY, {"some_future_pass": {}}, "pre_grad")
+
+
+def test_note_in_the_report():
+    _, report = optimus_eq.optimize(*dynamo_graph(split_cat_then_partial, rand(3, 8), rand(3, 2)),
+                                    pre_grad_fusion_options={"split_cat_pass": {}, "merge_stack_tahn_unbind_pass": {}})
+    assert report.fallback is None and report.patterns_fired["split_cat_pass"]
+    assert any(n.startswith("merge_stack_tahn_unbind_pass") for n in report.notes)
+
+
+def test_every_upstream_name_of_the_installed_torch_compiles(no_compile_cache):
+    """An option dictionary with every pass name of the installed torch (both levels) compiles through the
+    backend and Inductor; the Inductor settings among them reach Inductor's post_grad_fusion_options."""
+    import torch._inductor.compile_fx as compile_fx_module
+    import torch._inductor.config as inductor_config
+
+    from optimus_eq.options import PASSED_TO_INDUCTOR
+
+    pre = {n: {} for n in sorted(upstream_names("pre_grad"))}
+    post = {n: {} for n in sorted(upstream_names("post_grad"))}
+    seen = {}
+    real = compile_fx_module.compile_fx
+
+    def spy(gm, example_inputs, config_patches=None, **kw):
+        seen.update(config_patches or {})
+        return real(gm, example_inputs, config_patches=config_patches, **kw)
+
+    torch._dynamo.reset()
+    x, y = rand(3, 8), rand(3, 2)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(compile_fx_module, "compile_fx", spy)
+        fn = torch.compile(split_cat_then_partial, backend=optimus_eq.backend(
+            strategy="greedy", post_grad=True, pre_grad_fusion_options=pre, post_grad_fusion_options=post))
+        out = fn(x, y)
+    torch.testing.assert_close(out, split_cat_then_partial(x, y))
+    assert set(seen["post_grad_fusion_options"]) == PASSED_TO_INDUCTOR & set(post)
+    assert seen["pre_grad_fusion_options"] == {}
+    assert inductor_config.post_grad_fusion_options == {}  # the global config is untouched
 
 
 @pytest.mark.parametrize("level,name", [("pre_grad", n) for n in IMPLEMENTED_PRE]

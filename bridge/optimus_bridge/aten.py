@@ -32,7 +32,7 @@ from torch.fx import GraphModule, Node
 
 from optimus_bridge import aten_vocab
 from optimus_bridge.lower import IRLevel
-from optimus_bridge.translate import Translation, Translator, Unsupported, _norm_dim, is_static_tensor, meta_val
+from optimus_bridge.translate import Translation, Translator, Unsupported, _norm_dim, meta_val
 
 aten = torch.ops.aten
 
@@ -76,40 +76,46 @@ class AtenTranslator(Translator):
         x = a["self"]
         xv = self._term(x)
         x_val = meta_val(x)
-        if not is_static_tensor(x_val):
-            raise Unsupported("input without static shape")
+        if not self._shaped(x_val):
+            raise Unsupported("input without known shape")
         if val.dtype != x_val.dtype or val.device != x_val.device:
             raise Unsupported("changes dtype or device")
         rank = x_val.dim()
         if name == "slice":
             dim = _norm_dim(a["dim"], rank)
-            n = x_val.shape[dim]
+            n = self._size(x_val.shape[dim])
             start, end, step = a["start"], a["end"], a["step"]
             if step != 1 or not all(v is None or _is_int(v) for v in (start, end)):
                 raise Unsupported("strided or symbolic slice")
+            if n < 0:  # a symbolic dim: only the whole of it (``x[:, :]`` spelled as a slice) is x
+                if start in (None, 0) and (end is None or end >= 2**62) and self._size(val.shape[dim]) == n:
+                    return xv
+                raise Unsupported("slice of a symbolic dim")
             start = 0 if start is None else start + n if start < 0 else start
             end = n if end is None else end + n if end < 0 else end
             start = min(max(start, 0), n)
             end = min(max(end, start), n)
-            if val.shape[dim] != end - start:
+            if self._size(val.shape[dim]) != end - start:
                 raise Unsupported("slice bounds disagree with meta")
             if (start, end) == (0, n):
                 return xv
             return self._new("NarrowIn", xv, dim, start, end - start, n)
         if name == "select":
             dim = _norm_dim(a["dim"], rank)
-            n, i = x_val.shape[dim], a["index"]
-            if not _is_int(i) or not -n <= i < n:
+            n, i = self._size(x_val.shape[dim]), a["index"]
+            if n < 0 and _is_int(i) and i >= 0:  # a symbolic dim: the trace checked i < n
+                return self._new("SelectIn", xv, dim, i, n)
+            if n < 0 or not _is_int(i) or not -n <= i < n:
                 raise Unsupported("select index out of range or symbolic")
             return self._new("SelectIn", xv, dim, i % n, n)
         if name == "expand":
-            if tuple(val.shape) != tuple(x_val.shape):
+            if self._shape(val.shape) != self._shape(x_val.shape):
                 raise Unsupported("a broadcasting expand")
             return xv
         if name == "alias":
             return xv
         # clone: identity when the copy keeps the layout (see the module docstring)
-        if tuple(val.shape) != tuple(x_val.shape) or tuple(val.stride()) != tuple(x_val.stride()):
+        if self._shape(val.shape) != self._shape(x_val.shape) or self._shape(val.stride()) != self._shape(x_val.stride()):
             raise Unsupported("a clone that changes the layout")
         return xv
 
@@ -151,4 +157,5 @@ ATEN_IR = IRLevel(
     # prims.convert_element_type's result requires grad when its input does, under no_grad too
     grad_mode_blind={torch.ops.prims.convert_element_type.default: lambda g, n, args, kwargs: g.call_function(
         aten._to_copy.default, (args[0],), {"dtype": args[1]})},
+    sym_size=lambda g, x, d: g.call_function(aten.sym_size.int, (x, d)),
 )

@@ -127,11 +127,14 @@ def _own_optimus_passes(strategy: str, pre_grad: bool, post_grad: bool, patches:
     A non-empty ``pre_grad_fusion_options`` / ``post_grad_fusion_options`` (in ``patches``, else Inductor's
     global config, read now) becomes our pattern selection in ``options`` where the user chose none
     (``patterns`` or the same dictionary); ``patches`` switches the built-in passes off for the compiles
-    handed to Inductor, which otherwise ran them again on our output (and crashed where they crash: a
+    handed to Inductor (keeping the Inductor settings of :data:`optimus_eq.options.PASSED_TO_INDUCTOR`,
+    from either dictionary), which otherwise ran them again on our output (and crashed where they crash: a
     symbolic split under ``dynamic=True``). Edits ``patches`` and ``options``; returns the notes for the
     reports.
     """
     import torch._inductor.config as inductor_config
+
+    from optimus_eq.options import PASSED_TO_INDUCTOR
 
     notes = []
     if strategy == "none":
@@ -144,7 +147,8 @@ def _own_optimus_passes(strategy: str, pre_grad: bool, post_grad: bool, patches:
         if builtin and key not in options and not (level == "pre_grad" and "patterns" in options):
             options[key] = dict(builtin)
             notes.append(f"Inductor's {key} read as optimus_eq's pattern selection")
-        patches[key] = {}
+        # Inductor settings that travel in the dictionary (pad_mm.py's pad_aten_mm_pass, ...) stay for Inductor
+        patches[key] = {k: v for k, v in {**builtin, **(options.get(key) or {})}.items() if k in PASSED_TO_INDUCTOR}
         if builtin:
             notes.append(f"built-in {level.replace('_', '-')} Optimus passes switched off for this compile")
     return notes

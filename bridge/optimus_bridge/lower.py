@@ -28,7 +28,7 @@ import torch
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from optimus_bridge.translate import (Slot, Translation, eager_output_meta, eager_storage_map, meta_val,
+from optimus_bridge.translate import (Slot, SymSize, Translation, eager_output_meta, eager_storage_map, meta_val,
                                       storage_id)
 from optimus_eq.extract import EGraphView, no_gc
 from optimus_bridge.grad_facts import gradient_info, gradient_reach, output_nodes, propagate_reach
@@ -80,6 +80,8 @@ class IRLevel:
             same result that respects the grad mode. Used for a kept node whose input was an intermediate and
             is a graph input after rewriting: AOTAutograd runs inference graphs under ``no_grad``, where the
             intermediate did not require grad but the input may.
+        sym_size: ``f(graph, x, dim) -> Node``, x's size at ``dim`` read at run time (a SymInt), for symbolic
+            sizes (:mod:`optimus_eq.symbolic`) that lowering rebuilds; None: such graphs fall back.
     """
 
     views: dict
@@ -91,6 +93,7 @@ class IRLevel:
     alias: Callable | None = None
     split: Callable | None = None
     grad_mode_blind: dict = field(default_factory=dict)
+    sym_size: Callable | None = None
 
 
 def squeezed_dims(src, dst) -> tuple[int, ...] | None:
@@ -189,6 +192,7 @@ class Lowerer:
         self._last_kept = -1
         self.splits: dict[str, SplitGroup] = {}
         self.op_key: dict[Node, int] = {}  # emitted pure-op node -> its op key (gradient check)
+        self._size_nodes: dict = {}  # sympy expression -> its emitted value (symbolic sizes)
 
     def class_of(self, node: Node) -> str:
         return self.view.node_of[self.t.node_id[node]]
@@ -312,6 +316,8 @@ class Lowerer:
             if group.node is None:
                 group.node = self.level.split(g, self.cval[group.source], list(group.sizes), group.dim)
             return _call(g, operator.getitem, (group.node, group.piece[cls]), name="getitem")
+        if op == "Reshape" and any(s < 0 for s in lit[0]):
+            lit = [self.reshape_sizes(lit[0])]
         if op in self.level.views:
             return self.level.views[op](g, self.cval[node.children[0]], lit)
         if op == "Cat":
@@ -327,8 +333,15 @@ class Lowerer:
             recipe = self.t.recipes[lit[0]]
             kids = self._deps(cls)
             vals = [self.cval[c] for c in kids]
-            args = torch.fx.node.map_aggregate(recipe.args, lambda a: vals[a.index] if isinstance(a, Slot) else a)
-            kwargs = torch.fx.node.map_aggregate(recipe.kwargs, lambda a: vals[a.index] if isinstance(a, Slot) else a)
+            def arg(a):
+                if isinstance(a, Slot):
+                    return vals[a.index]
+                if isinstance(a, SymSize):
+                    return self.size_value(self.t.sizes.expr(a.token))
+                return a
+
+            args = torch.fx.node.map_aggregate(recipe.args, arg)
+            kwargs = torch.fx.node.map_aggregate(recipe.kwargs, arg)
             n = g.create_node(recipe.op, recipe.target)  # arguments set after: see _call
             if kwargs:
                 n.kwargs = dict(kwargs)
@@ -336,6 +349,59 @@ class Lowerer:
             self.op_key[n] = lit[0]
             return n
         raise LoweringError(f"no lowering for e-node {op}")
+
+    # -- symbolic sizes -------------------------------------------------------------------------------
+    def reshape_sizes(self, shape) -> list:
+        """A reshape target with symbolic tokens (:mod:`optimus_eq.symbolic`) as graph values: one token
+        among positive static sizes is ``-1`` (inferred: the algebra guarantees the element count); else
+        each token is rebuilt from the graph's inputs (:meth:`size_value`)."""
+        tokens = [s for s in shape if s < 0]
+        if len(tokens) == 1 and all(s > 0 for s in shape if s >= 0):
+            return [-1 if s < 0 else s for s in shape]
+        return [self.size_value(self.t.sizes.expr(s)) if s < 0 else s for s in shape]
+
+    def size_value(self, e):
+        """Graph code computing sympy expression ``e`` at run time: symbols from ``Translation.size_sources``
+        (a SymInt input, or ``level.sym_size`` of a tensor input), integers, sums, products and floor
+        divisions with ``operator`` calls. Memoized per expression.
+
+        Raises:
+            LoweringError: an expression of another kind, a symbol without a source, or a level without
+                ``sym_size``.
+        """
+        if isinstance(e, int):
+            return e
+        import sympy
+        from torch.utils._sympy.functions import FloorDiv
+
+        if e.is_Integer:
+            return int(e)
+        if e in self._size_nodes:
+            return self._size_nodes[e]
+        g = self.graph
+        if e.is_Symbol:
+            src = self.t.size_sources.get(e)
+            if src is None:
+                raise LoweringError(f"symbolic size {e} has no source in the graph")
+            if src[0] == "node":
+                out = self.value_of_node(src[1])
+            elif self.level.sym_size is None:
+                raise LoweringError("this IR level cannot read sizes at run time")
+            else:
+                out = self.level.sym_size(g, self.value_of_node(src[1]), src[2])
+        elif isinstance(e, (sympy.Add, sympy.Mul)):
+            fn = operator.add if isinstance(e, sympy.Add) else operator.mul
+            args = [self.size_value(a) for a in e.args]
+            out = args[0]
+            for a in args[1:]:
+                out = _call(g, fn, (out, a), name=fn.__name__)
+        elif isinstance(e, FloorDiv):
+            a, b = (self.size_value(x) for x in e.args)
+            out = _call(g, operator.floordiv, (a, b), name="floordiv")
+        else:
+            raise LoweringError(f"cannot rebuild symbolic size {e}")
+        self._size_nodes[e] = out
+        return out
 
     def run(self) -> GraphModule:
         old_limit = sys.getrecursionlimit()
@@ -1031,4 +1097,5 @@ TORCH_IR = IRLevel(
     restride=_restride_torch,
     alias=lambda g, x: g.call_method("view_as", (x, x)),
     split=lambda g, x, sizes, d: _call(g, torch.split, (x, sizes, d), name="split"),
+    sym_size=lambda g, x, d: g.call_method("size", (x, d)),
 )

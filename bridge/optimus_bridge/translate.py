@@ -12,8 +12,14 @@ Canonical forms (the ``normalization_pass``): split / chunk outputs and basic sl
 ``stack`` is ``Cat`` of ``Unsqueeze``, every view-like reshape is ``Reshape(x, static_shape)``; dims are
 normalized to be non-negative, sizes come from FakeTensor meta.
 
+Symbolic sizes (a ``SymInt`` in the meta: the batch dim of a ``dynamic=True`` graph) become tokens of
+:mod:`optimus_eq.symbolic`, one per expression; what the rules compute with must be static: the size of a
+split, narrowed or indexed dim and the split sizes, the sizes of cat inputs along the cat dim. A node that
+needs a symbolic size there, or whose size expression lowering could not rebuild from the graph's inputs
+(:meth:`Translator._size`), stays opaque.
+
 Left exactly as they are (opaque, their FX node is copied at lowering): ops outside the vocabulary,
-nodes with symbolic (dynamic) sizes, nodes whose dims or sizes are not plain ints, and every node that
+nodes whose dims or sizes are not plain ints, and every node that
 reads or writes a tensor that is mutated in place (or an alias of it; graph inputs may alias each other,
 :func:`frozen_nodes`), so no rewrite changes what a mutation sees, the view chains of outputs that
 overlap in eager (:func:`output_alias_nodes`), and every node from the first to the last global-state
@@ -32,6 +38,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from optimus_bridge import vocab
+from optimus_eq.symbolic import SizeTable
 from optimus_eq.terms import MAX_RANK  # longest shape the rows can carry; longer ones stay opaque
 
 
@@ -59,6 +66,14 @@ class Slot:
     index: int
 
 
+@dataclass(frozen=True)
+class SymSize:
+    """A recipe argument that is a symbolic size: lowering emits graph code for the token's expression
+    (:mod:`optimus_eq.symbolic`, ``Lowerer.size_value``)."""
+
+    token: int
+
+
 @dataclass
 class Translation:
     """The e-graph insertion rows and the maps lowering needs.
@@ -77,6 +92,10 @@ class Translation:
         frozen: nodes left opaque because of in-place mutation or a global-state region.
         barriers: first global-state change -> term nodes computed before it and used after it.
         symbolic: nodes left opaque because of symbolic sizes.
+        sizes: the tokens of symbolic sizes (:class:`optimus_eq.symbolic.SizeTable`: token <-> sympy
+            expression).
+        size_sources: free symbol -> where lowering reads it: ``("node", placeholder)`` for a SymInt input,
+            ``("size", placeholder, dim)`` for a tensor input's size.
         types: pure op key id -> ``(((dtype, device) of each tensor input), (dtype, device) of the output)``
             as strings; part of the key, so fp32 and bf16 ops never share a key (horizontal fusion groups
             by it).
@@ -99,6 +118,8 @@ class Translation:
     symbolic: int = 0
     types: dict[int, tuple] = field(default_factory=dict)
     visible_outputs: frozenset | None = None
+    sizes: SizeTable = field(default_factory=SizeTable)
+    size_sources: dict = field(default_factory=dict)
 
 
 # -- meta helpers --------------------------------------------------------------------------------
@@ -441,6 +462,75 @@ class Translator:
         self.rows["NilIn"].append((0,))
         self.rows["ANilIn"].append((0,))
         self._deps: dict[Node, list[int]] = {}  # kept non-tensor node -> terms it depends on
+        self._size_memo: dict = {}  # a SymInt's expression -> its token, or why it has none
+        self._find_size_sources()
+
+    # -- symbolic sizes (optimus_eq.symbolic) ---------------------------------------------------------
+    def _find_size_sources(self) -> None:
+        """Where each free symbol of the inputs can be read at run time: a SymInt placeholder (Dynamo's
+        ``s77``), else a size of a tensor placeholder."""
+        sources = self.t.size_sources
+        placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        for n in placeholders:
+            v = meta_val(n)
+            if isinstance(v, torch.SymInt):
+                e = _sym_expr(v)
+                if e is not None and e.is_Symbol:
+                    sources.setdefault(e, ("node", n))
+        for n in placeholders:
+            v = meta_val(n)
+            if isinstance(v, torch.Tensor):
+                for d, size in enumerate(v.shape):
+                    e = _sym_expr(size) if isinstance(size, torch.SymInt) else None
+                    if e is not None and e.is_Symbol:
+                        sources.setdefault(e, ("size", n, d))
+
+    def _size(self, s) -> int:
+        """An e-graph size: the int, or the token of a symbolic size (Unsupported when it has no hint,
+        or lowering could not rebuild it from the sources)."""
+        if isinstance(s, int):
+            return s
+        if not isinstance(s, torch.SymInt):
+            raise Unsupported(f"size {s!r}")
+        c = s.node.maybe_as_int()
+        if c is not None:
+            return int(c)
+        raw = s.node.expr
+        got = self._size_memo.get(raw)
+        if got is None:
+            e = _sym_expr(s)
+            hint = s.node.hint
+            if e is None or hint is None:
+                got = "a size without a hint (data-dependent)"
+            elif not _buildable(e, self.t.size_sources):
+                got = f"symbolic size {e} not readable from the graph's inputs"
+            else:
+                got = self.t.sizes.token(e, int(hint))
+            self._size_memo[raw] = got
+        if isinstance(got, str):
+            raise Unsupported(got)
+        return got
+
+    def _shape(self, sizes) -> tuple:
+        """:meth:`_size` of each entry of a shape (or stride) tuple."""
+        return tuple(self._size(s) for s in sizes)
+
+    def _shaped(self, val) -> bool:
+        """``val`` is a tensor whose sizes all have e-graph sizes (static, or symbolic tokens)."""
+        if not isinstance(val, torch.Tensor):
+            return False
+        try:
+            self._shape(val.shape)
+        except Unsupported:
+            return False
+        return True
+
+    def _static_size(self, s) -> int:
+        """A size the rules compute with (a split dim, a cat dim): Unsupported unless it is static."""
+        v = self._size(s)
+        if v < 0:
+            raise Unsupported("a symbolic size where the rules need a static one")
+        return v
 
     def _key(self, text: str) -> int:
         return self.t.keys.setdefault(text, len(self.t.keys))
@@ -481,7 +571,7 @@ class Translator:
     def _bind(self, node: Node, tid: int, val) -> int:
         """Record term ``tid`` as the value of ``node``, with its static shape."""
         self.t.node_id[node] = tid
-        self.rows["ShapeIn"].append((tid, self._vec(val.shape)))
+        self.rows["ShapeIn"].append((tid, self._vec(self._shape(val.shape))))
         return tid
 
     def run(self) -> Translation:
@@ -505,7 +595,7 @@ class Translator:
             try:
                 if name in ("split", "chunk", "unbind"):
                     self._split(node, name, val)
-                elif is_static_tensor(val):
+                elif self._shaped(val):
                     self._bind(node, self._tensor_op(node, name, val), val)
                 else:
                     raise Unsupported("not a tensor with static shape")
@@ -514,7 +604,7 @@ class Translator:
             except (Unsupported, IndexError, TypeError, ValueError, KeyError):
                 # a spelling this translator does not know: the node stays exactly as it was
                 if not is_static_tensor(val) and isinstance(val, torch.Tensor):
-                    t.symbolic += 1
+                    t.symbolic += 1  # counted as before: a symbolic node left opaque
                 self._opaque(node, val)
         # lowering emits the barriers' live values before the region (a value computed before a global-state
         # change stays before it): they must be extracted, even where their readers after the region were
@@ -563,7 +653,7 @@ class Translator:
                 tid = self._new("ApplyIn", key, self._arglist(deps))
             else:
                 tid = self._new("LeafIn", key)
-            if is_static_tensor(val) and val.dim() <= MAX_RANK:
+            if self._shaped(val) and val.dim() <= MAX_RANK:
                 self._bind(node, tid, val)
             else:
                 t.node_id[node] = tid
@@ -595,20 +685,21 @@ class Translator:
         x = node.args[0] if node.args else kw.get("input", kw.get("self", kw.get("tensor")))  # torch.split(tensor=x)
         xv = self._term(x)
         x_val = meta_val(x)
-        if not is_static_tensor(x_val) or not isinstance(val, (tuple, list)):
-            raise Unsupported("split of a tensor without static shape")
-        if not all(is_static_tensor(p) for p in val):
-            raise Unsupported("symbolic split outputs")
+        if not self._shaped(x_val) or not isinstance(val, (tuple, list)):
+            raise Unsupported("split of a tensor without known shape")
+        if not all(self._shaped(p) for p in val):
+            raise Unsupported("split outputs without known shape")
         rank = x_val.dim()
         default_dim = 0
         dim = _norm_dim(_arg(node, 2 if name != "unbind" else 1, "dim", default_dim), rank)
-        n = x_val.shape[dim]
+        n = self._static_size(x_val.shape[dim])
         if name != "unbind":
             size_arg = _arg(node, 1, "split_size_or_sections" if name == "split" else "chunks")
             if size_arg is None:
                 size_arg = node.kwargs.get("split_size", node.kwargs.get("split_sizes"))
-            if isinstance(size_arg, Node) or (isinstance(size_arg, (list, tuple))
-                                              and any(not isinstance(s, int) for s in size_arg)):
+            # a SymInt argument whose value Dynamo specialized (``x.size(2)`` of a static dim) is an int
+            items = size_arg if isinstance(size_arg, (list, tuple)) else [size_arg]
+            if any(not isinstance(s, int) and _concrete(s) is None for s in items):
                 raise Unsupported("split sizes are not plain ints")
         vars_: list[int] = []
         start = 0
@@ -616,7 +707,7 @@ class Translator:
             if name == "unbind":
                 vars_.append(self._new("SelectIn", xv, dim, len(vars_), n))
             else:
-                length = p.shape[dim]
+                length = self._static_size(p.shape[dim])
                 vars_.append(self._new("NarrowIn", xv, dim, start, length, n))
                 start += length
         if name != "unbind" and start != n:
@@ -638,8 +729,8 @@ class Translator:
             return self._cat(node, name, val)
         xv = self._term(x)
         x_val = meta_val(x)
-        if not is_static_tensor(x_val):
-            raise Unsupported("input without static shape")
+        if not self._shaped(x_val):
+            raise Unsupported("input without known shape")
         if name not in self.vocab.FRESH_OPS and (val.dtype != x_val.dtype or val.device != x_val.device):
             raise Unsupported("a view that changes dtype or device (x.view(torch.int32))")
         rank = x_val.dim()
@@ -648,16 +739,17 @@ class Translator:
             start, length = _arg(node, 2, "start"), _arg(node, 3, "length")
             if not isinstance(start, int) or not isinstance(length, int):
                 raise Unsupported("narrow bounds are not ints")
-            n = x_val.shape[dim]
+            n = self._static_size(x_val.shape[dim])
             start = start % n if start < 0 else start
             return self._new("NarrowIn", xv, dim, start, length, n)
         if name == "unsqueeze":
             dim = _norm_dim(_arg(node, 1, "dim"), rank + 1)
             return self._new("UnsqueezeIn", xv, dim)
         if name in self.vocab.RESHAPE_OPS:
-            if tuple(val.shape) == tuple(x_val.shape):
+            shape = self._shape(val.shape)
+            if shape == self._shape(x_val.shape):
                 return xv
-            return self._new("ReshapeIn", xv, self._vec(val.shape))
+            return self._new("ReshapeIn", xv, self._vec(shape))
         if name in ("permute", "transpose", "movedim", "t"):
             perm = self._perm(node, name, rank)
             if perm == list(range(rank)):
@@ -713,8 +805,8 @@ class Translator:
             return self.t.pieces[src][idx]
         xv = self._term(src)
         x_val = meta_val(src)
-        if not is_static_tensor(x_val):
-            raise Unsupported("input without static shape")
+        if not self._shaped(x_val):
+            raise Unsupported("input without known shape")
         items = list(idx) if isinstance(idx, tuple) else [idx]
         if sum(1 for i in items if i is Ellipsis) > 1:
             raise Unsupported("two ellipses")
@@ -727,7 +819,7 @@ class Translator:
                 expanded.extend([slice(None)] * (x_val.dim() - consumed))
             else:
                 expanded.append(i)
-        cur, shape = xv, list(x_val.shape)
+        cur, shape = xv, list(self._shape(x_val.shape))
         dim = 0
         for i in expanded:
             if i is None:
@@ -738,6 +830,12 @@ class Translator:
                 raise Unsupported("advanced or symbolic index")
             elif isinstance(i, int):
                 n = shape[dim]
+                if n < 0:  # a symbolic dim: Dynamo's trace checked i < n; Select carries the token
+                    if i < 0:
+                        raise Unsupported("negative index into a symbolic dim")
+                    cur = self._new("SelectIn", cur, dim, i, n)
+                    shape.pop(dim)
+                    continue
                 if not -n <= i < n:
                     raise Unsupported("index out of range")
                 cur = self._new("SelectIn", cur, dim, i % n, n)
@@ -745,7 +843,12 @@ class Translator:
             else:
                 if any(isinstance(v, Node) for v in (i.start, i.stop, i.step)):
                     raise Unsupported("symbolic slice")
+                if i == slice(None):
+                    dim += 1
+                    continue
                 n = shape[dim]
+                if n < 0:
+                    raise Unsupported("slice of a symbolic dim")
                 start, stop, step = i.indices(n)
                 if step != 1:
                     raise Unsupported("strided slice")
@@ -754,7 +857,7 @@ class Translator:
                     cur = self._new("NarrowIn", cur, dim, start, length, n)
                     shape[dim] = length
                 dim += 1
-        if tuple(shape) != tuple(val.shape):
+        if tuple(shape) != self._shape(val.shape):
             raise Unsupported("index result shape disagrees with meta")
         return cur
 
@@ -775,6 +878,9 @@ class Translator:
         dim = _norm_dim(dim_arg, rank)
         if name == "cat" and any(m.dim() != rank for m in metas):
             raise Unsupported("legacy cat of 1-d empty tensors")
+        if name == "cat":  # the rules add sizes along the cat dim (CatOffset): static there
+            for m in metas:
+                self._static_size(m.shape[dim])
         if name == "stack":
             elems = [self._new("UnsqueezeIn", e, dim) for e in elems]
         return self._new("CatIn", self._list(dim, elems))
@@ -818,6 +924,47 @@ class Translator:
         if len(slots) == 2 and name in self.vocab.ARITH_OPS:
             return self._new("BinaryIn", key, slots[0], slots[1])
         return self._new("ApplyIn", key, self._arglist(slots))
+
+
+def _sym_expr(s):
+    """The sympy expression of a SymInt (after the shape environment's replacements), or None."""
+    try:
+        e = s.node.expr
+        env = getattr(s.node, "shape_env", None)
+        return env.simplify(e) if env is not None else e
+    except Exception:  # not a SymInt of a shape environment
+        return None
+
+
+def _concrete(v) -> int | None:
+    """The value of an FX argument that is an int, or a node whose meta is a SymInt Dynamo specialized."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    val = meta_val(v) if isinstance(v, Node) else v
+    if isinstance(val, int) and not isinstance(val, bool):
+        return val
+    if isinstance(val, torch.SymInt):
+        return val.node.maybe_as_int()
+    return None
+
+
+def buildable_kinds():
+    """The sympy expression kinds lowering rebuilds as graph code: symbols, integers, sums, products,
+    floor division (``optimus_bridge.lower``, ``Lowerer.size_value``)."""
+    import sympy
+    from torch.utils._sympy.functions import FloorDiv
+
+    return (sympy.Symbol, sympy.Integer, sympy.Add, sympy.Mul, FloorDiv)
+
+
+def _buildable(e, sources: dict) -> bool:
+    """Whether lowering can rebuild expression ``e`` from ``sources`` (see :func:`buildable_kinds`)."""
+    kinds = buildable_kinds()
+    if not isinstance(e, kinds):
+        return False
+    if e.is_Symbol:
+        return e in sources
+    return all(_buildable(a, sources) for a in e.args)
 
 
 def _fallback_random() -> bool:

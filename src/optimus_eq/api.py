@@ -24,7 +24,7 @@ from optimus_eq.egraph import EGraph, Limits, is_rust_panic
 from optimus_eq.extract import EGraphView, NoAcyclicTerm, extract, input_cost, no_gc
 from optimus_eq.horizontal import HorizontalContext, fuse_round
 from optimus_eq.horizontal.driver import pattern_options as horizontal_options
-from optimus_eq.options import select_patterns
+from optimus_eq.options import option_notes, select_patterns
 from optimus_eq.patterns import DEFAULT_REGISTRY, PatternRegistry
 from optimus_eq.report import Report
 
@@ -129,6 +129,9 @@ def optimize(
                                        registry, strategy_options, level, pre_grad_fusion_options,
                                        post_grad_fusion_options, pattern_options)
     report = Report(strategy=strategy, level=level)
+    for lv, opts in (("pre_grad", pre_grad_fusion_options), ("post_grad", post_grad_fusion_options)):
+        if lv == level:
+            report.notes.extend(option_notes(registry, opts, lv))
     report.ops_before = count_ops(gm)
     report.nodes_before = len(gm.graph.nodes)
     start = time.perf_counter()

@@ -43,7 +43,6 @@ launched outside the compiled graph (:meth:`GPUCostModel.grad_copy_cost`, priced
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 VIEWS = frozenset(["Narrow", "Select", "Reshape", "Permute", "Unsqueeze"])
@@ -180,4 +179,7 @@ class GPUCostModel:
 
 
 def numel(shape) -> int | None:
-    return None if shape is None else math.prod(shape)
+    """Element count of an e-graph shape; a symbolic size counts at its hint (:mod:`optimus_eq.symbolic`)."""
+    from optimus_eq.symbolic import numel as _numel
+
+    return _numel(shape)

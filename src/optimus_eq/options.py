@@ -13,7 +13,18 @@ the registered patterns of that IR level, and each value is stored on the select
 
 Names are checked against the registry and against the pass names of the built-in (torch 2.13,
 listed below, plus those of the installed torch): an unknown name raises ``ValueError`` listing the
-valid ones; a built-in name that optimus_eq does not implement yet raises ``NotImplementedError``.
+valid ones. Every built-in name of the installed torch is accepted (an option dictionary copied from an
+upstream config compiles); those that are not a pattern here are handled as upstream handles them, with a
+note in ``Report.notes`` (:func:`option_notes`):
+
+* names the built-in registers no pattern under (``merge_stack_tahn_unbind_pass``): no-ops, as upstream;
+* Inductor settings that only travel in the dictionary (:data:`PASSED_TO_INDUCTOR`: ``pad_aten_mm_pass``,
+  ``shape_padding_multiplier``, read by pad_mm.py; ``activation_quantization_aten_pass``,
+  ``inductor_autotune_lookup_table``): no pattern here; the backend passes them to Inductor;
+* ``group_linear`` (upstream: ``fbgemm.gmm`` of linears of any shapes): selects
+  ``batch_linear_post_grad`` (one ``bmm`` per group of equal shapes, no fbgemm), with its options.
+
+A built-in name that is none of these and not implemented raises ``NotImplementedError``.
 """
 
 from __future__ import annotations
@@ -65,6 +76,55 @@ UPSTREAM_SCOPE: dict[str, tuple[str, ...]] = {
     "move_reshape_out_of_split_stack_pass": ("split_stack_to_cats_pass", "fold_view_chain", "split_cat_pass",
                                              "merge_getitem_cat_pass", "mutate_cat_pass"),
 }
+
+
+#: Built-in post-grad names that are Inductor settings, not Optimus pattern passes: pad_mm.py reads
+#: ``pad_aten_mm_pass`` (``k_threshold_to_pad``) and ``shape_padding_multiplier`` (``value``) from
+#: ``post_grad_fusion_options``; torch/_inductor/utils.py ``OPTIMUS_EXCLUDE_POST_GRAD`` names the others.
+#: The backend keeps them in Inductor's ``post_grad_fusion_options``.
+PASSED_TO_INDUCTOR = frozenset({"pad_aten_mm_pass", "shape_padding_multiplier", "activation_quantization_aten_pass",
+                                "inductor_autotune_lookup_table"})
+
+#: Built-in names done here by another pattern: upstream's ``group_linear`` (GroupLinearFusion) groups
+#: aten.mm/addmm into one ``fbgemm.gmm``; here equal-shape groups become one ``bmm``/``baddbmm``.
+ALIASES = {"group_linear": "batch_linear_post_grad"}
+
+#: Built-in names under which the built-in registers no pattern (torch 2.13), when the installed torch
+#: cannot be read (:func:`empty_upstream_names`).
+_EMPTY_UPSTREAM = frozenset({"merge_stack_tahn_unbind_pass"})
+
+
+def empty_upstream_names(level: str) -> frozenset[str]:
+    """Built-in pass names of ``level`` whose PatternMatcherPass in the installed torch holds no pattern
+    (split_cat.py ``PRE_GRAD_PATTERNS`` / ``POST_GRAD_PATTERNS``): upstream accepts them and does nothing."""
+    try:
+        import torch._inductor.fx_passes.post_grad  # noqa: F401  (registers the post-grad patterns)
+        import torch._inductor.fx_passes.pre_grad  # noqa: F401
+        from torch._inductor.fx_passes import split_cat
+
+        table = split_cat.PRE_GRAD_PATTERNS if level == "pre_grad" else split_cat.POST_GRAD_PATTERNS
+        return frozenset(n for n, p in table.items() if not getattr(p, "patterns", True))
+    except Exception:  # another torch version: the static list
+        return _EMPTY_UPSTREAM if level == "pre_grad" else frozenset()
+
+
+def option_notes(registry: PatternRegistry, fusion_options: Mapping | None, level: str) -> list[str]:
+    """One note per name of ``fusion_options`` (a checked option dictionary of ``level``) that is accepted
+    without a pattern of that name here (module docstring), for ``Report.notes``."""
+    ours = {p.name for p in registry if level in p.levels}
+    notes = []
+    for name in fusion_options or {}:
+        if name in ours:
+            continue
+        if name in ALIASES:
+            notes.append(f"{name}: done by {ALIASES[name]} (groups of equal shapes as one bmm; no fbgemm); "
+                         "groups of different shapes are left")
+        elif name in PASSED_TO_INDUCTOR:
+            notes.append(f"{name}: an Inductor setting, no pattern here; the optimus_eq backend passes it to "
+                         "Inductor's post_grad_fusion_options")
+        elif name in empty_upstream_names(level) or name in _EMPTY_UPSTREAM:
+            notes.append(f"{name}: the built-in registers no pattern under this name; accepted as a no-op")
+    return notes
 
 
 def upstream_names(level: str) -> frozenset[str]:
@@ -128,7 +188,8 @@ def select_from_options(registry: PatternRegistry, fusion_options: Mapping, leve
         TypeError: when ``fusion_options`` or one of its values is not a dictionary.
         ValueError: for a name neither registered at ``level`` nor a built-in pass of ``level``
             (the message lists the valid names); also for a name of the other level.
-        NotImplementedError: for a built-in pass name of ``level`` that optimus_eq does not implement.
+        NotImplementedError: for a built-in pass name of ``level`` that optimus_eq does not implement and
+            that is not accepted as upstream handles it (module docstring).
     """
     if level not in LEVELS:
         raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
@@ -143,6 +204,11 @@ def select_from_options(registry: PatternRegistry, fusion_options: Mapping, leve
             raise TypeError(f"{key}[{name!r}] must be a dict of options, got {type(opts).__name__}")
         if name in ours:
             continue
+        if name in ALIASES and ALIASES[name] in ours:
+            continue
+        if name in upstream and (name in PASSED_TO_INDUCTOR or name in _EMPTY_UPSTREAM
+                                 or name in empty_upstream_names(level)):
+            continue  # accepted as upstream does: see option_notes
         if name in upstream:
             raise NotImplementedError(
                 f"{name!r} is a {level} Optimus pass of the built-in but optimus_eq does not implement it yet; "
@@ -151,9 +217,14 @@ def select_from_options(registry: PatternRegistry, fusion_options: Mapping, leve
             raise ValueError(f"{name!r} is not a {level} pass (it belongs in {other}_fusion_options)")
         raise ValueError(f"unknown pass {name!r} in {key}; valid names: {sorted(ours | upstream)}")
     chosen = set(fusion_options)
+    given = dict(fusion_options)
+    for name, target in ALIASES.items():
+        if name in fusion_options and target in ours:
+            chosen.add(target)
+            given[target] = {**fusion_options[name], **fusion_options.get(target, {})}
     for name in fusion_options:
         chosen |= {n for n in UPSTREAM_SCOPE.get(name, ()) if n in ours}
-    return [replace(p, options={**p.options, **fusion_options.get(p.name, {})})
+    return [replace(p, options={**p.options, **given.get(p.name, {})})
             for p in registry if level in p.levels and p.name in chosen]
 
 

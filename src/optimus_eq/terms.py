@@ -29,10 +29,12 @@ A list e-class therefore stands for one concatenated tensor, which is what makes
 
 Analyses (run with every pattern, see :data:`ANALYSIS_RULES`):
 
-* ``(shape x)``: the static shape of x as ``(Vec i64)``, seeded from FX meta for every translated node
-  and derived for terms the rules create.
+* ``(shape x)``: the shape of x as ``(Vec i64)``, seeded from FX meta for every translated node
+  and derived for terms the rules create. A symbolic size (the batch dim under ``dynamic=True``) is a
+  negative token (:mod:`optimus_eq.symbolic`): rules compare and copy it, and every rule that computes
+  with a size guards it ``>= 0``.
 * ``(prefix sh k)``: the product of the first ``k`` sizes of the shape ``sh`` (``0 <= k <= rank``; so
-  ``(prefix sh rank)`` is the element count), for every shape of a term. Rules that move views across
+  ``(prefix sh rank)`` is the element count), for every shape of a term, up to its first symbolic size. Rules that move views across
   a narrow compare the element counts before and after a dim with it.
 * ``(RunEnd L x d s)`` / ``(RunRest L x d s e)``: for a list ``L`` whose head is a narrow of ``x`` along ``d``
   starting at ``s``, the end offset of the longest run of adjacent narrows of ``x`` at the front of ``L``,
@@ -174,7 +176,7 @@ ANALYSIS_RULES = """
 (rule ((= t (Cat (Cons d x (Nil)))) (= sh (shape x))) ((set (shape t) sh))
       :ruleset analysis :name "shape/cat1")
 (rule ((= sh (shape x))) ((set (prefix sh 0) 1)) :ruleset analysis :name "prefix/seed")
-(rule ((= p (prefix sh k)) (< k (vec-length sh))) ((set (prefix sh (+ k 1)) (* p (vec-get sh k))))
+(rule ((= p (prefix sh k)) (< k (vec-length sh)) (>= (vec-get sh k) 0)) ((set (prefix sh (+ k 1)) (* p (vec-get sh k))))
       :ruleset analysis :name "prefix/step")
 """ + "".join(
     f"(rule ((= t (Permute x p)) (= sh (shape x)) (= (vec-length p) {r})) "
@@ -184,7 +186,7 @@ ANALYSIS_RULES = """
 ) + """
 (rule ((= t (Narrow (Cat L) d s l n))) ((CatOffset L L d 0))
       :ruleset analysis :name "catoffset/seed")
-(rule ((CatOffset L (Cons d x R) d o) (= shx (shape x))) ((CatOffset L R d (+ o (vec-get shx d))))
+(rule ((CatOffset L (Cons d x R) d o) (= shx (shape x)) (>= (vec-get shx d) 0)) ((CatOffset L R d (+ o (vec-get shx d))))
       :ruleset analysis :name "catoffset/step")
 (rule ((= L (Cons d (Narrow x d s l n) R)))
       ((set (RunEnd L x d s) (+ s l)) (union (RunRest L x d s (+ s l)) R))

@@ -38,8 +38,11 @@ takes without a copy, and this rule charges it nothing (the ``Permute`` in it is
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
+
+import torch
+
+from optimus_eq.symbolic import numel
 
 
 @dataclass(frozen=True)
@@ -203,7 +206,7 @@ def training_costs(view, info: GradientInfo, model, forced=frozenset()) -> dict:
         return {}
     node_of = view.node_of
     params = {node_of[h]: n for h, n in info.params.items() if h in node_of}
-    sizes = {c: (None if s is None else math.prod(s)) for c, s in view.shapes.items()}
+    sizes = {c: numel(s) for c, s in view.shapes.items()}  # tokens at their hints
     args_memo: dict = {}
     out: dict = {}
     for nid, node in view.nodes.items():

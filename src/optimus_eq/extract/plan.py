@@ -4,11 +4,11 @@ cycles, and the cost of the input graph (:func:`input_cost`, the plan that keeps
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from optimus_eq.cost import GPUCostModel
 from optimus_eq.extract.grad import member_grad_is_strided
+from optimus_eq.symbolic import numel
 from optimus_eq.extract.view import EGraphView, no_gc
 
 
@@ -132,7 +132,7 @@ def _input_cost(rows: dict, root_ids: list[int], opaque_keys, model: GPUCostMode
             for row in table:
                 shape_of_vec[row[0]] = tuple(row[1:])
     shapes = {tid: shape_of_vec.get(vid) for tid, vid in rows.get("ShapeIn", ())}
-    size = {tid: None if s is None else math.prod(s) for tid, s in shapes.items()}
+    size = {tid: numel(s) for tid, s in shapes.items()}  # tokens at their hints
     lists = {lid: (x, rest) for lid, _, x, rest in rows.get("ConsIn", ())}
     cons_dim = {lid: d for lid, d, _, _ in rows.get("ConsIn", ())}
     arglists = {lid: (x, rest) for lid, x, rest in rows.get("AConsIn", ())}

@@ -8,6 +8,7 @@ import torch
 from optimus_eq.horizontal.einsum import sum_keeps_dtype
 from optimus_eq.horizontal.linear import mm_operands
 from optimus_eq.horizontal.recipes import UPCAST, recipe, slots
+from optimus_eq.symbolic import is_static
 from optimus_eq.terms import MAX_RANK
 
 
@@ -27,6 +28,8 @@ def should_decompose(m, options: dict) -> bool:
     sa, sb = m.in_shapes[a], m.in_shapes[b]
     rank = 2 if kind == "mm" else 3
     if sa is None or sb is None or len(sa) != rank or len(sb) != rank or len(set(m.types[0])) != 1:
+        return False
+    if not (is_static(sa) and is_static(sb)):  # upstream's guards compare sizes: static ones only
         return False
     if not sum_keeps_dtype(m.types[0][0][0]):  # an int32 mm would come back as int64
         return False

@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from optimus_eq.horizontal.recipes import UPCAST, bound_call, check_one_input_type, recipe, slot, slots, to_type
+from optimus_eq.horizontal.recipes import (UPCAST, bound_call, check_one_input_type, expand_symbolic, recipe, slot,
+                                           slots, to_type)
 from optimus_eq.terms import MAX_RANK
 
 LAYER_NORM_PARAMS = ("input", "normalized_shape", "weight", "bias", "eps", "cudnn_enable")
@@ -59,7 +60,7 @@ def build_layer_norm(w, members) -> None:
     bshape = (n,) + (1,) * (len(xs) - len(ns)) + ns
 
     def stacked(i):  # left in the input dtype: type promotion computes the affine in float32 exactly
-        return w.reshape(w.stack([w.handle(m.inputs[i]) for m in members], ns), bshape)
+        return expand_symbolic(w, w.reshape(w.stack([w.handle(m.inputs[i]) for m in members], ns), bshape), out, t)
 
     if wt is not None and b is not None:
         key = w.key("addcmul", recipe("addcmul", torch.addcmul, slots(3)), ((t, c, t), c))

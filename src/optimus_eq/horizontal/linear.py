@@ -7,7 +7,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from optimus_eq.horizontal.recipes import bound_call, check_one_input_type, recipe, slot, slots
+from optimus_eq.horizontal.recipes import (bound_call, check_one_input_type, expand_symbolic, prod_sizes, recipe,
+                                           slot, slots)
 
 LINEAR_PARAMS = ("input", "weight", "bias")
 
@@ -66,9 +67,7 @@ def build_linear(w, members) -> None:
     m0, n = members[0], len(members)
     x, wt, b = _linear_parts(m0)
     xs, (out, inp) = tuple(m0.in_shapes[x]), m0.in_shapes[wt]
-    rows = 1
-    for s in xs[:-1]:
-        rows *= s
+    rows = prod_sizes(w, xs[:-1])  # a token when a leading dim is symbolic (the batch)
     X = w.stack([w.handle(m.inputs[x]) for m in members], xs)
     if len(xs) > 2:
         X = w.reshape(X, (n, rows, inp))
@@ -86,6 +85,7 @@ def build_linear(w, members) -> None:
         Y = w.apply(key, [lhs, rhs], shape)
     else:
         B = w.unsqueeze(B, bias_dim, shape[:bias_dim] + (1,) + shape[bias_dim + 1:])
+        B = expand_symbolic(w, B, shape, types[0][0])
         key = w.key("baddbmm", recipe("baddbmm", torch.baddbmm, slots(3)), types)
         Y = w.apply(key, [B, lhs, rhs], shape)
     if bias_dim == 2:
@@ -194,6 +194,8 @@ def build_aten_linear(w, members) -> None:
         C = w.stack([w.handle(m.inputs[bias]) for m in members], bs)
         if len(bs) == 1:
             C = w.unsqueeze(C, 1, (n, 1, N))
+        if tuple(bs) != (M, N):
+            C = expand_symbolic(w, C, (n, M, N), t, aten_ir=True)
         key = w.key("aten.baddbmm", recipe("baddbmm", aten.baddbmm.default, slots(3)), ((t, t, t), m0.types[1]))
         Y = w.apply(key, [C, A, B], (n, M, N))
     for i, m in enumerate(members):

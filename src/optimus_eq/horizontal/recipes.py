@@ -9,7 +9,11 @@ they are imported on use, in this module only, until they move to the core with 
 
 from __future__ import annotations
 
+import math
+
 import torch
+
+from optimus_eq.symbolic import is_static
 
 
 def bind(recipe, params: tuple[str, ...]) -> dict | None:
@@ -91,3 +95,33 @@ def to_type(w, h, shape, src, dst):
         return h
     dtype = torch.float32 if dst[0] == "torch.float32" else UPCAST[dst[0]]
     return w.apply(w.key(f"to:{dst[0]}", method("to", dtype), ((src,), dst)), [h], shape)
+
+
+def prod_sizes(w, sizes) -> int:
+    """The product of e-graph sizes (a symbolic token when one is: :class:`optimus_eq.symbolic.SizeTable`)."""
+    table = getattr(w.tr, "sizes", None)
+    if table is None:
+        return math.prod(sizes)
+    return table.prod(sizes)
+
+
+def expand_symbolic(w, h: int, shape, t, aten_ir: bool = False) -> int:
+    """``h`` (a broadcasting operand of static shape, dtype and device ``t``) expanded to ``shape`` when
+    ``shape`` has a symbolic size, else ``h``. The meta kernels of baddbmm and addcmul cannot broadcast a
+    static operand over a symbolic batch (torch 2.13: "SymIntArrayRef expected to contain only concrete
+    integers"), so the operand is expanded first: a view, which Inductor folds into the kernel."""
+    if is_static(shape):
+        return h
+    shape = tuple(shape)
+    if aten_ir:
+        r = recipe("expand", torch.ops.aten.expand.default, (slots(1)[0], list(sym_sizes(shape))))
+    else:
+        r = method("expand", *sym_sizes(shape))
+    return w.apply(w.key(f"expand{shape}{aten_ir}", r, ((t,), t)), [h], shape)
+
+
+def sym_sizes(shape) -> tuple:
+    """Recipe arguments for an e-graph shape: ints, and ``SymSize`` markers for symbolic tokens."""
+    from optimus_bridge.translate import SymSize
+
+    return tuple(SymSize(s) if s < 0 else s for s in shape)

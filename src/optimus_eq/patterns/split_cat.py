@@ -147,7 +147,7 @@ def _split_stack_rule(rank: int, dim: int) -> Rule:
         f"split_stack_to_cats/rank{rank}_dim{dim}",
         f"(Unsqueeze (Narrow x {dim} s l n) {dim})",
         f"(Narrow (Reshape x (vec-of {' '.join(sizes)})) {dim} (/ s l) 1 (/ n l))",
-        ("(= sh (shape x))", f"(= (vec-length sh) {rank})", "(> l 0)", "(= (% s l) 0)", "(= (% n l) 0)"),
+        ("(= sh (shape x))", f"(= (vec-length sh) {rank})", "(> l 0)", "(>= n 0)", "(= (% s l) 0)", "(= (% n l) 0)"),
     )
 
 
@@ -160,7 +160,7 @@ def _split_stack_other_dim_rule(rank: int, dim: int) -> Rule:
         f"split_stack_to_cats/rank{rank}_dim{dim}_other",
         f"(Unsqueeze (Narrow x {dim} s l n) c)",
         f"(Narrow (Permute (Reshape x (vec-of {' '.join(sizes)})) p) c (/ s l) 1 (/ n l))",
-        ("(!= c " + str(dim) + ")", "(= sh (shape x))", f"(= (vec-length sh) {rank})", "(> l 0)",
+        ("(!= c " + str(dim) + ")", "(= sh (shape x))", f"(= (vec-length sh) {rank})", "(> l 0)", "(>= n 0)",
          "(= (% s l) 0)", "(= (% n l) 0)", f"(= p (MovePerm {rank + 1} {dim} c))"),
     )
 
@@ -189,7 +189,7 @@ unbind_cat_to_view_pass = Pattern(
             "unbind_cat_to_view/select_in_cat",
             "(Cons d (Select x d i n) R)",
             "(Cons d (Narrow (Reshape x (vec-set (vec-remove sh d) d (* n k))) d (* i k) k (* n k)) R)",
-            ("(= sh (shape x))", "(< (+ d 1) (vec-length sh))", "(= k (vec-get sh (+ d 1)))"),
+            ("(= sh (shape x))", "(< (+ d 1) (vec-length sh))", "(= k (vec-get sh (+ d 1)))", "(>= k 0)", "(>= n 0)"),
         ),
         Rule(
             "unbind_cat_to_view/other_dim",
@@ -247,7 +247,7 @@ def _cat_other_dim_rule(dim: int, full: bool) -> Rule:
         f"(vec-set (vec-set sh {dim} l) c (* {m} (vec-get sh c))))",
         (f"(= L (Cons c (Narrow x {dim} s l n) R))", "(= sh (shape x))",
          f"(= e (OtherRunEnd L x {dim} c l s))", f"(= (Nil) (OtherRunRest L x {dim} c l s e))", "(> e (+ s l))",
-         *guard, f"(= p (MovePerm (+ (vec-length sh) 1) {dim} c))"),
+         *guard, "(>= (vec-get sh c) 0)", f"(= p (MovePerm (+ (vec-length sh) 1) {dim} c))"),
     )
 
 
