@@ -10,6 +10,7 @@ from typing import Callable
 from optimus_bridge import post_grad as _post_grad
 from optimus_eq import api, validate
 from optimus_eq.cost import GPUCostModel
+from optimus_eq.options import PASSED_TO_INDUCTOR
 from optimus_eq.patterns import DEFAULT_REGISTRY
 
 
@@ -133,8 +134,6 @@ def _own_optimus_passes(strategy: str, pre_grad: bool, post_grad: bool, patches:
     reports.
     """
     import torch._inductor.config as inductor_config
-
-    from optimus_eq.options import PASSED_TO_INDUCTOR
 
     notes = []
     if strategy == "none":

@@ -45,6 +45,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from optimus_eq import symbolic
+
 VIEWS = frozenset(["Narrow", "Select", "Reshape", "Permute", "Unsqueeze"])
 #: views whose backward writes the piece's gradient into the base's gradient (slice_backward/select_backward)
 SLICING_VIEWS = frozenset(["Narrow", "Select"])
@@ -180,6 +182,4 @@ class GPUCostModel:
 
 def numel(shape) -> int | None:
     """Element count of an e-graph shape; a symbolic size counts at its hint (:mod:`optimus_eq.symbolic`)."""
-    from optimus_eq.symbolic import numel as _numel
-
-    return _numel(shape)
+    return symbolic.numel(shape)
