@@ -70,6 +70,8 @@ _FUNCTIONS: dict[object, str] = {
     F.layer_norm: "layer_norm",
     torch.layer_norm: "layer_norm",
     torch.functional.einsum: "einsum",
+    F.embedding_bag: "embedding_bag",
+    F.embedding: "embedding",
 }
 
 _METHODS: dict[str, str] = {
@@ -86,7 +88,7 @@ _METHODS: dict[str, str] = {
 #: Ops whose output never shares storage with an input (used by the alias analysis).
 FRESH_OPS = frozenset(
     ["cat", "stack", "relu", "tanh", "sigmoid", "clamp", "nan_to_num", "add", "sub", "mul", "div", "linear",
-     "mm", "addmm", "bmm", "baddbmm", "matmul", "layer_norm"]
+     "mm", "addmm", "bmm", "baddbmm", "matmul", "layer_norm", "embedding_bag", "embedding"]
 )
 
 #: Pointwise ops of one tensor (a scalar second operand included): ``Unary`` terms.
@@ -96,7 +98,10 @@ ARITH_OPS = frozenset(["add", "sub", "mul", "div"])
 #: Ops with tensor inputs and no rewrite rules yet (horizontal fusion will anchor on them): ``Apply``.
 #: ``einsum`` only with two tensor operands (the translator leaves others opaque); not in FRESH_OPS, since
 #: a one-operand einsum ("ij->ji") returns a view.
-APPLY_OPS = frozenset(["linear", "mm", "addmm", "bmm", "baddbmm", "matmul", "layer_norm", "einsum"])
+#: ``embedding_bag`` / ``embedding`` only without ``max_norm`` (which renormalizes the weight in place: a
+#: mutation, :func:`is_mutation`).
+APPLY_OPS = frozenset(["linear", "mm", "addmm", "bmm", "baddbmm", "matmul", "layer_norm", "einsum",
+                       "embedding_bag", "embedding"])
 #: Views of one tensor whose result shape comes from FX meta: ``Reshape``.
 RESHAPE_OPS = frozenset(["reshape", "flatten", "unflatten", "squeeze"])
 
@@ -160,9 +165,26 @@ def _inplace_position(target) -> int | None:
     return params.index("inplace") if "inplace" in params else None
 
 
+def embedding_max_norm(node: Node):
+    """The ``max_norm`` argument of an ``F.embedding`` / ``F.embedding_bag`` call (None for other nodes)."""
+    if node.op != "call_function":
+        return None
+    try:
+        pos = {F.embedding: 3, F.embedding_bag: 3}.get(node.target)
+    except TypeError:  # unhashable target
+        return None
+    if pos is None:
+        return None
+    return node.args[pos] if len(node.args) > pos else node.kwargs.get("max_norm")
+
+
 def is_mutation(node: Node, gm: torch.fx.GraphModule | None = None) -> bool:
-    """True when ``node`` writes into one of its inputs (in-place op, ``out=``, setitem, ``x += y``)."""
+    """True when ``node`` writes into one of its inputs (in-place op, ``out=``, setitem, ``x += y``,
+    ``F.embedding``/``F.embedding_bag`` with ``max_norm``, which renormalizes the looked-up rows of the
+    weight in place: torch/nn/functional.py, ``torch.embedding_renorm_``)."""
     if node.kwargs.get("inplace") is True or "out" in node.kwargs:
+        return True
+    if embedding_max_norm(node) is not None:
         return True
     if node.op == "call_function" and callable(node.target):
         try:

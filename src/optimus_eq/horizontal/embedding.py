@@ -1,0 +1,278 @@
+"""Horizontal fusion of embedding lookups: ``batch_embedding_bag`` and ``batch_embedding`` (pre-grad).
+
+Independent lookups into tables of one embedding dim (and one mode, dtype and device) become one lookup
+into the row-wise concatenation of the tables, each table's ids offset by the row where its table starts
+(the technique of TorchRec's fused embedding bag collection, written here for plain ``nn.EmbeddingBag`` /
+``F.embedding_bag`` and ``nn.Embedding`` / ``F.embedding`` graphs as dynamo records them: a
+``call_function`` whose weight is a placeholder)::
+
+    y_i = F.embedding_bag(ids_i, W_i, offsets_i, mode=m)                 (W_i: [R_i, D])
+        =>  Y = F.embedding_bag(shifted_cat(ids_i, +S_i), cat(W_i), shifted_cat(offsets_i, +N_i), mode=m)
+            y_i = Y[b_i : b_i + B_i]
+
+with ``S_i`` the row start of table i in ``cat(W_i)``, ``N_i`` the number of ids before table i's and
+``b_i`` the first bag of table i in ``Y``. One forward kernel and one backward (one sort) instead of one
+per table; each table's gradient is a row slice of the one gradient of ``cat(W_i)``, in the parameter's
+own layout. The cat of the weights is an op of the graph: it reads the parameters on every call, so the
+fused graph sees the weights an optimizer step wrote (training re-does the copy every step; the cost
+model charges it).
+
+Forms (all exact: each bag sums, averages or takes the max over the same rows in the same order):
+
+* 2-D ids ``[B_i, L]`` (bags of L ids, no offsets): ``cat`` along dim 0 (L in the group key);
+* 1-D ids with offsets (``include_last_offset`` in the group key): the offsets of table i are shifted by
+  ``N_i``. Eager requires ``offsets[0] == 0`` (ATen checks it), so table i's last bag ends where table
+  i + 1's first bag starts, exactly as in eager. With ``include_last_offset=True`` the fused call keeps
+  every table's final offset as the start of one extra bag (``include_last_offset=False``), whose result
+  is dropped: ids past a table's final offset stay out of its bags, as in eager;
+* ``per_sample_weights`` (sum only) are concatenated like the ids;
+* ``mode`` sum, mean and max (max is exact too: the same elements in the same order, so the same
+  maximum and the same arg-max row for the backward).
+
+Left alone (no group key): ``max_norm`` (it renormalizes the weight in place; the translator keeps such
+calls opaque, :func:`optimus_bridge.vocab.is_mutation`), ``sparse=True`` (sparse gradients),
+``scale_grad_by_freq``, ``padding_idx`` other than None (one fused call has one padding row; tables with
+their own padding rows are not grouped), weights other than 2-D, and symbolic shapes.
+
+The shifted concatenation of ids and offsets is one op (:func:`shifted_cat`, one kernel in Inductor),
+so the cost model sees one launch where Inductor emits one, not an add per table.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from optimus_eq.horizontal.builders import _recipe, _slots, bind
+from optimus_eq.patterns.registry import HorizontalPattern
+
+EMBEDDING_BAG_PARAMS = ("input", "weight", "offsets", "max_norm", "norm_type", "scale_grad_by_freq", "mode",
+                        "sparse", "per_sample_weights", "include_last_offset", "padding_idx")
+EMBEDDING_PARAMS = ("input", "weight", "padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse")
+MODES = ("sum", "mean", "max")
+
+
+def shifted_cat(tensors: list, shifts: tuple) -> torch.Tensor:
+    """``torch.cat([t.reshape(-1) + s for t, s in zip(tensors, shifts)])`` for rank-1 inputs, and the
+    same along dim 0 without the reshape for inputs of higher rank (the 2-D ids of bags of equal size).
+
+    Args:
+        tensors: integer tensors of one dtype and device (ids or offsets), equal sizes past dim 0.
+        shifts: one Python int per tensor, added to each of its elements (0: copied as it is).
+
+    Returns:
+        The concatenation along dim 0 (a new tensor, never an alias), in the inputs' dtype.
+    """
+    return torch.cat([t + s if s else t for t, s in zip(tensors, shifts)], 0)
+
+
+def flat_shifted_cat(tensors: list, shifts: tuple) -> torch.Tensor:
+    """:func:`shifted_cat` of every tensor flattened to 1-D (``F.embedding``'s ids of any shape)."""
+    return torch.cat([t.reshape(-1) + s if s else t.reshape(-1) for t, s in zip(tensors, shifts)], 0)
+
+
+def _slot_of(bound: dict, name: str):
+    from optimus_bridge.translate import Slot
+
+    v = bound.get(name)
+    if v is None:
+        return None
+    if isinstance(v, Slot):
+        return v.index
+    raise ValueError(f"{name} is a constant")
+
+
+def _bag_parts(m) -> dict:
+    """The facts of an ``F.embedding_bag`` member that its group key and the builder need, or raise
+    ValueError for a call left alone (module docstring)."""
+    if m.recipe.name != "embedding_bag" or m.op != "Apply":
+        raise ValueError("not an embedding_bag")
+    bound = bind(m.recipe, EMBEDDING_BAG_PARAMS)
+    if bound is None:
+        raise ValueError("unknown spelling")
+    if bound.get("max_norm") is not None or bound.get("sparse", False) is not False \
+            or bound.get("scale_grad_by_freq", False) is not False or bound.get("padding_idx") is not None:
+        raise ValueError("max_norm, sparse, scale_grad_by_freq or padding_idx")
+    mode = bound.get("mode", "mean")
+    last = bound.get("include_last_offset", False)
+    if mode not in MODES or not isinstance(last, bool):
+        raise ValueError("mode")
+    x, wt = _slot_of(bound, "input"), _slot_of(bound, "weight")
+    off, psw = _slot_of(bound, "offsets"), _slot_of(bound, "per_sample_weights")
+    if x is None or wt is None:
+        raise ValueError("no input or weight")
+    xs, ws = m.in_shapes[x], m.in_shapes[wt]
+    if xs is None or ws is None or len(ws) != 2 or m.shape is None or len(m.shape) != 2:
+        raise ValueError("shapes")
+    if len(xs) == 2 and off is None:
+        form = ("2d", xs[1])
+    elif len(xs) == 1 and off is not None and m.in_shapes[off] is not None and len(m.in_shapes[off]) == 1:
+        form = ("1d", last)
+    else:
+        raise ValueError("input form")
+    if psw is not None and (mode != "sum" or m.in_shapes[psw] != xs):
+        raise ValueError("per_sample_weights")
+    bags = m.shape[0]
+    expect = xs[0] if form[0] == "2d" else m.in_shapes[off][0] - (1 if last else 0)
+    if bags != expect or m.shape[1] != ws[1]:
+        raise ValueError("output shape")
+    return {"x": x, "w": wt, "off": off, "psw": psw, "mode": mode, "form": form, "dim": ws[1]}
+
+
+def embedding_bag_key(m):
+    """batch_embedding_bag: same embedding dim, mode, input form (2-D with its bag size, or 1-D with
+    offsets and its ``include_last_offset``), per_sample_weights or not, and the dtypes and devices of
+    every input and of the output. Tables may have any number of rows, batches any size."""
+    try:
+        p = _bag_parts(m)
+    except ValueError:
+        return None
+    return ("batch_embedding_bag", p["dim"], p["mode"], p["form"], p["off"] is not None, p["psw"] is not None,
+            p["x"], p["w"], p["off"], p["psw"], m.types)
+
+
+def _shifted(w, handles: list, shifts: list, shape, types, flat: bool = False) -> int:
+    fn = flat_shifted_cat if flat else shifted_cat
+    from optimus_bridge.translate import Slot
+
+    recipe = _recipe(fn.__name__, fn, ([Slot(i) for i in range(len(handles))], tuple(shifts)))
+    t = types  # (dtype, device) of the ids (or offsets)
+    key = w.key(f"{fn.__name__}{tuple(shifts)}", recipe, ((t,) * len(handles), t))
+    return w.apply(key, handles, shape)
+
+
+def build_embedding_bag(w, members) -> None:
+    """One ``F.embedding_bag`` over ``cat(W_i)`` (module docstring); member i is a narrow of its output."""
+    m0 = members[0]
+    p = _bag_parts(m0)
+    x, wt, off, psw, dim = p["x"], p["w"], p["off"], p["psw"], p["dim"]
+    last = p["form"] == ("1d", True)
+    types_in, types_out = m0.types
+    rows = [m.in_shapes[wt][0] for m in members]
+    starts = [sum(rows[:i]) for i in range(len(rows))]
+    W = w.cat([w.handle(m.inputs[wt]) for m in members], 0, (sum(rows), dim))
+    xs = [tuple(m.in_shapes[x]) for m in members]
+    n_ids = sum(s[0] for s in xs)
+    ids_shape = (n_ids,) + xs[0][1:]
+    args = [_shifted(w, [w.handle(m.inputs[x]) for m in members], starts, ids_shape, types_in[x]), W]
+    slots = {"input": 0, "weight": 1}
+    if off is not None:
+        lens = [m.in_shapes[off][0] for m in members]
+        before = [sum(s[0] for s in xs[:i]) for i in range(len(xs))]
+        args.append(_shifted(w, [w.handle(m.inputs[off]) for m in members], before, (sum(lens),), types_in[off]))
+        slots["offsets"] = len(args) - 1
+        bags = lens  # with include_last_offset, one extra bag per table (dropped below)
+    else:
+        bags = [s[0] for s in xs]
+    if psw is not None:
+        args.append(w.cat([w.handle(m.inputs[psw]) for m in members], 0, ids_shape))
+        slots["per_sample_weights"] = len(args) - 1
+    from optimus_bridge.translate import Slot
+
+    kwargs = {"offsets": Slot(slots["offsets"]) if "offsets" in slots else None, "mode": p["mode"],
+              "per_sample_weights": Slot(slots["per_sample_weights"]) if "per_sample_weights" in slots else None,
+              "include_last_offset": False}
+    recipe = _recipe("embedding_bag", F.embedding_bag, (Slot(0), Slot(1)), kwargs)
+    arg_types = tuple(types_in[i] for i in [x, wt] + ([off] if off is not None else []) + ([psw] if psw is not None else []))
+    key = w.key(f"batch_embedding_bag:{p['mode']}:{sorted(slots)}", recipe, (arg_types, types_out))
+    total = sum(bags)
+    Y = w.apply(key, args, (total, dim))
+    start = 0
+    for m, b in zip(members, bags):
+        own = b - 1 if last else b
+        w.union(m, w.narrow(Y, 0, start, own, total, (own, dim)))
+        start += b
+
+
+# -- F.embedding ---------------------------------------------------------------------------------------
+
+def _embedding_parts(m) -> tuple[int, int, int]:
+    """``(ids slot, weight slot, dim)`` of an ``F.embedding`` member, or raise ValueError."""
+    if m.recipe.name != "embedding" or m.op != "Apply":
+        raise ValueError("not an embedding")
+    bound = bind(m.recipe, EMBEDDING_PARAMS)
+    if bound is None:
+        raise ValueError("unknown spelling")
+    if bound.get("max_norm") is not None or bound.get("sparse", False) is not False \
+            or bound.get("scale_grad_by_freq", False) is not False or bound.get("padding_idx") is not None:
+        raise ValueError("max_norm, sparse, scale_grad_by_freq or padding_idx")
+    x, wt = _slot_of(bound, "input"), _slot_of(bound, "weight")
+    if x is None or wt is None:
+        raise ValueError("no input or weight")
+    xs, ws = m.in_shapes[x], m.in_shapes[wt]
+    if xs is None or ws is None or len(ws) != 2 or m.shape != tuple(xs) + (ws[1],):
+        raise ValueError("shapes")
+    return x, wt, ws[1]
+
+
+def embedding_key(m):
+    """batch_embedding: same embedding dim and the dtypes and devices of ids, weight and output; ids of
+    any shape, tables of any number of rows."""
+    try:
+        x, wt, dim = _embedding_parts(m)
+    except ValueError:
+        return None
+    return ("batch_embedding", dim, x, wt, m.types)
+
+
+def build_embedding(w, members) -> None:
+    """``Y = F.embedding(flat_shifted_cat(ids_i, +S_i), cat(W_i))``; member i is
+    ``Y[n_i : n_i + numel(ids_i)].reshape(*ids_i.shape, D)`` (a view: rows of a contiguous Y)."""
+    m0 = members[0]
+    x, wt, dim = _embedding_parts(m0)
+    types_in, types_out = m0.types
+    rows = [m.in_shapes[wt][0] for m in members]
+    starts = [sum(rows[:i]) for i in range(len(rows))]
+    W = w.cat([w.handle(m.inputs[wt]) for m in members], 0, (sum(rows), dim))
+    counts = []
+    for m in members:
+        c = 1
+        for s in m.in_shapes[x]:
+            c *= s
+        counts.append(c)
+    total = sum(counts)
+    ids = _shifted(w, [w.handle(m.inputs[x]) for m in members], starts, (total,), types_in[x], flat=True)
+    recipe = _recipe("embedding", F.embedding, (_slots(2)))
+    key = w.key("batch_embedding", recipe, ((types_in[x], types_in[wt]), types_out))
+    Y = w.apply(key, [ids, W], (total, dim))
+    start = 0
+    for m, c in zip(members, counts):
+        shape = tuple(m.in_shapes[x]) + (dim,)
+        y = w.narrow(Y, 0, start, c, total, (c, dim))
+        if shape != (c, dim):
+            y = w.reshape(y, shape)
+        w.union(m, y)
+        start += c
+
+
+batch_embedding_bag = HorizontalPattern(
+    name="batch_embedding_bag",
+    levels=("pre_grad",),
+    doc="""Independent embedding bags of one embedding dim, mode, input form, dtype and device become one
+    embedding bag over the row-wise cat of their tables (ids offset by each table's row start).
+
+    y_i = F.embedding_bag(ids_i, W_i, offsets_i, mode=m, per_sample_weights=p_i)
+        =>  Y = F.embedding_bag(cat(ids_i + S_i), cat(W_i), cat(offsets_i + N_i), mode=m,
+                                per_sample_weights=cat(p_i)); y_i = Y[b_i : b_i + B_i]
+    (2-D ids [B_i, L] without offsets: cat along dim 0; max_norm, sparse, scale_grad_by_freq and
+    padding_idx are left alone)
+    """,
+    group_key=embedding_bag_key,
+    build=build_embedding_bag,
+)
+
+batch_embedding = HorizontalPattern(
+    name="batch_embedding",
+    levels=("pre_grad",),
+    doc="""Independent embedding lookups of one embedding dim, dtype and device become one lookup into the
+    row-wise cat of their tables.
+
+    y_i = F.embedding(ids_i, W_i)        (W_i: [R_i, D], ids_i of any shape)
+        =>  Y = F.embedding(cat(ids_i.flatten() + S_i), cat(W_i)); y_i = Y[n_i : n_i + ids_i.numel()].view(*ids_i.shape, D)
+    (max_norm, sparse, scale_grad_by_freq and padding_idx are left alone)
+    """,
+    group_key=embedding_key,
+    build=build_embedding,
+)
+
+PATTERNS = (batch_embedding_bag, batch_embedding)
