@@ -66,6 +66,24 @@ def shifted_cat(tensors: list, shifts: tuple) -> torch.Tensor:
     return torch.cat([t + s if s else t for t, s in zip(tensors, shifts)], 0)
 
 
+def select_shifted_cat(x: torch.Tensor, dim: int, shifts: tuple) -> torch.Tensor:
+    """:func:`shifted_cat` of every select of ``x`` along ``dim``, in order (``x.select(dim, i) + shifts[i]``
+    for ``i < x.shape[dim]``), as one pointwise op over ``x`` (DLRM's ids ``sparse[:, f]``: one kernel,
+    where a cat of many inputs is one copy kernel per input in Inductor).
+
+    Args:
+        x: integer tensor with ``x.shape[dim] == len(shifts)``.
+        dim: the dim the selects index.
+        shifts: one Python int per select.
+
+    Returns:
+        ``[len(shifts) * s0, *rest]`` where ``x.select(dim, i)`` is ``[s0, *rest]``.
+    """
+    y = x.movedim(dim, 0)
+    s = torch.tensor(shifts, dtype=x.dtype, device=x.device).view((-1,) + (1,) * (y.dim() - 1))
+    return (y + s).reshape((-1,) + tuple(y.shape[2:]))
+
+
 def flat_shifted_cat(tensors: list, shifts: tuple) -> torch.Tensor:
     """:func:`shifted_cat` of every tensor flattened to 1-D (``F.embedding``'s ids of any shape)."""
     return torch.cat([t.reshape(-1) + s if s else t.reshape(-1) for t, s in zip(tensors, shifts)], 0)
@@ -123,12 +141,17 @@ def embedding_bag_key(m):
     """batch_embedding_bag: same embedding dim, mode, input form (2-D with its bag size, or 1-D with
     offsets and its ``include_last_offset``), per_sample_weights or not, and the dtypes and devices of
     every input and of the output. Tables may have any number of rows, batches any size."""
+    if m.is_output and not m.eager_contiguous:
+        return None
     try:
         p = _bag_parts(m)
     except ValueError:
         return None
     return ("batch_embedding_bag", p["dim"], p["mode"], p["form"], p["off"] is not None, p["psw"] is not None,
             p["x"], p["w"], p["off"], p["psw"], m.types)
+
+
+embedding_bag_key.any_strides = True  # see embedding_key
 
 
 def _shifted(w, handles: list, shifts: list, shape, types, flat: bool = False) -> int:
@@ -139,6 +162,34 @@ def _shifted(w, handles: list, shifts: list, shape, types, flat: bool = False) -
     t = types  # (dtype, device) of the ids (or offsets)
     key = w.key(f"{fn.__name__}{tuple(shifts)}", recipe, ((t,) * len(handles), t))
     return w.apply(key, handles, shape)
+
+
+def _selects_of_one(w, members, x: int):
+    """``(base class, dim)`` when the members' ids (slot ``x``) are, in the plan, the selects of one tensor
+    along one dim at indices 0, 1, ..., n - 1 with n the size of that dim; else None."""
+    base = None
+    for i, m in enumerate(members):
+        en = w.view.nodes.get(w.choice.get(m.inputs[x]))
+        if en is None or en.op != "Select":
+            return None
+        d, j, n = en.literals[:3]
+        if j != i or n != len(members) or (base is not None and base != (en.children[0], d)):
+            return None
+        base = (en.children[0], d)
+    return base
+
+
+def _shifted_ids(w, members, x: int, starts: list, shape, types) -> int:
+    """The members' ids, each shifted by its table's row start, concatenated along dim 0: one
+    :func:`select_shifted_cat` over their base when they are all the selects of one tensor, else
+    :func:`shifted_cat`."""
+    one = _selects_of_one(w, members, x)
+    if one is None or len(shape) > 2:
+        return _shifted(w, [w.handle(m.inputs[x]) for m in members], starts, shape, types)
+    base, d = one
+    recipe = _recipe("select_shifted_cat", select_shifted_cat, (_slots(1)[0], d, tuple(starts)))
+    key = w.key(f"select_shifted_cat{d}{tuple(starts)}", recipe, ((types,), types))
+    return w.apply(key, [w.handle(base)], shape)
 
 
 def build_embedding_bag(w, members) -> None:
@@ -154,7 +205,7 @@ def build_embedding_bag(w, members) -> None:
     xs = [tuple(m.in_shapes[x]) for m in members]
     n_ids = sum(s[0] for s in xs)
     ids_shape = (n_ids,) + xs[0][1:]
-    args = [_shifted(w, [w.handle(m.inputs[x]) for m in members], starts, ids_shape, types_in[x]), W]
+    args = [_shifted_ids(w, members, x, starts, ids_shape, types_in[x]), W]
     slots = {"input": 0, "weight": 1}
     if off is not None:
         lens = [m.in_shapes[off][0] for m in members]
@@ -208,11 +259,20 @@ def _embedding_parts(m) -> tuple[int, int, int]:
 def embedding_key(m):
     """batch_embedding: same embedding dim and the dtypes and devices of ids, weight and output; ids of
     any shape, tables of any number of rows."""
+    if m.is_output and not m.eager_contiguous:
+        return None
     try:
         x, wt, dim = _embedding_parts(m)
     except ValueError:
         return None
     return ("batch_embedding", dim, x, wt, m.types)
+
+
+# A lookup's value is a new contiguous tensor in eager, and so is each member's row slice of the fused
+# output: where the member's e-class holds a non-contiguous FX node too (DLRM's KeyedTensor: the bag is
+# equal to its column slice of the pooled cat, by split_of_cat_pass), the plan already reads the bag, with
+# the bag's strides. Graph outputs of such classes are still left alone.
+embedding_key.any_strides = True
 
 
 def build_embedding(w, members) -> None:
