@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import optimus_eq
+import oracle
 from conftest import STRATEGIES, check, dynamo_graph
 
 #: smaller groups than upstream's default of 5, so that tests stay small
@@ -127,18 +128,45 @@ def test_groups_split_by_dim_mode_and_dtype(strategy):
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_left_alone(strategy):
-    """padding_idx, sparse=True and scale_grad_by_freq are not fused; max_norm (which renormalizes the
-    table in place) stays exactly as it is, the tables after the call equal eager's."""
-    w = tables([5, 6, 7, 8], 4)
-    x = ids2d([5] * 4, 2, 3)
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("two_d", [True, False])
+def test_bags_with_padding_idx(strategy, mode, two_d):
+    """Each table's own padding row (one negative) is left out of its bags and gets no gradient; the fused
+    call's one padding row is table 0's, and ids equal to a table's padding_idx are mapped to it. Ids hit
+    the padding rows often; one table has no padding id in its ids at all."""
+    rows, pads = [6, 5, 7, 4, 8], [0, 2, -1, 3, 5]
+    ws = tables(rows, 3, seed=11)
+    g = torch.Generator().manual_seed(12)
+    xs = [torch.randint(0, 4, (3, 2) if two_d else (7,), generator=g) for _ in rows]
+    xs[4] = xs[4].clamp(max=4)  # never its padding row 5
+    offs = [torch.tensor([0, 2, 2, 5]) for _ in rows]
+    n = len(rows)
 
-    def f(x0, x1, x2, x3, w0, w1, w2, w3):
-        return [F.embedding_bag(x0, w0, mode="sum", padding_idx=1), F.embedding_bag(x1, w1, mode="sum", padding_idx=2),
-                F.embedding_bag(x2, w2, mode="sum", sparse=True), F.embedding_bag(x3, w3, mode="sum", sparse=True)]
+    def f(*a):
+        x, w, o = a[:n], a[n:2 * n], (a[2 * n:] if not two_d else [None] * n)
+        return [F.embedding_bag(x[i], w[i], o[i], mode=mode, padding_idx=pads[i]) for i in range(n)]
+
+    c = check(f, [*xs, *ws] + ([] if two_d else offs), strategy, pattern_options=SMALL)
+    assert lookups(c.gm2, F.embedding_bag) == 1, c.gm2.code
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_left_alone(strategy):
+    """sparse=True and scale_grad_by_freq are not fused, nor F.embedding with a padding_idx (its padding row
+    is read); max_norm (which renormalizes the table in place) stays exactly as it is, the tables after the
+    call equal eager's."""
+    w = tables([5, 6, 7, 8, 9, 4], 4)
+    x = ids2d([4] * 6, 2, 3)
+
+    def f(x0, x1, x2, x3, x4, x5, w0, w1, w2, w3, w4, w5):
+        return [F.embedding_bag(x0, w0, mode="sum", scale_grad_by_freq=True),
+                F.embedding_bag(x1, w1, mode="sum", scale_grad_by_freq=True),
+                F.embedding_bag(x2, w2, mode="sum", sparse=True), F.embedding_bag(x3, w3, mode="sum", sparse=True),
+                F.embedding(x4, w4, padding_idx=1), F.embedding(x5, w5, padding_idx=1)]
 
     c = check(f, [*x, *w], strategy, pattern_options=SMALL, grad=False)
     assert c.report.patterns_fired["batch_embedding_bag"] == 0
+    assert c.report.patterns_fired["batch_embedding"] == 0
     assert lookups(c.gm2, F.embedding_bag) == 4
 
     def g(x0, x1, w0, w1):
@@ -168,31 +196,38 @@ def test_embedding_grouped_by_dim(strategy):
 class Bags(nn.Module):
     """nn.EmbeddingBag per sparse feature, as DLRM: dynamo gives each table as a parameter placeholder."""
 
-    def __init__(self, n=6, rows=20, dim=4) -> None:
+    def __init__(self, n=6, rows=20, dim=4, padding=False) -> None:
         super().__init__()
-        self.bags = nn.ModuleList(nn.EmbeddingBag(rows + i, dim, mode="sum") for i in range(n))
+        self.bags = nn.ModuleList(nn.EmbeddingBag(rows + i, dim, mode="sum", padding_idx=i if padding else None)
+                                  for i in range(n))
 
     def forward(self, x):
         return torch.cat([b(x[:, i]) for i, b in enumerate(self.bags)], 1).square().sum(1)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_module_bags_fire_with_default_sizes(strategy):
-    """Six nn.EmbeddingBag modules (upstream's default min_fuse_set_size is 5): one lookup left, the
-    tables' gradients equal eager's."""
+@pytest.mark.parametrize("padding", [False, True])
+def test_module_bags_fire_with_default_sizes(strategy, padding):
+    """Six nn.EmbeddingBag modules (upstream's default min_fuse_set_size is 5) reading ``x[:, f]`` (one
+    select_shifted_cat for their ids): one lookup left, the tables' gradients equal eager's; with
+    padding_idx f for table f, the ids hit the padding rows."""
     torch.manual_seed(0)
-    m = Bags()
-    x = torch.randint(0, 20, (5, 6, 3))
+    m = Bags(padding=padding)
+    x = torch.randint(0, 8, (5, 6, 3))
     gm, ex = dynamo_graph(m, x)
     gm2, report = optimus_eq.optimize(gm, ex, strategy=strategy)
     assert report.fallback is None
     assert report.patterns_fired["batch_embedding_bag"] == 1, dict(report.patterns_fired)
     assert lookups(gm2, F.embedding_bag) == 1, gm2.code
-    params = list(m.parameters())
-    ref = torch.autograd.grad(m(x).sum(), params)
-    got = torch.autograd.grad(gm2(*ex)[0].sum(), params)
-    for a, e in zip(got, ref):
-        torch.testing.assert_close(a, e, rtol=0, atol=1e-6)
+    assert "select_shifted_cat" in gm2.code
+    params = [p for p in ex if isinstance(p, nn.Parameter)]
+    assert len(params) == 6
+    wsum = torch.randn(5)
+    ref64 = oracle.float64_reference(gm, ex).grads(lambda ys: (ys[0] * wsum.double()).sum(), params)
+    expected = torch.autograd.grad((gm(*ex)[0] * wsum).sum(), params)
+    actual = torch.autograd.grad((gm2(*ex)[0] * wsum).sum(), params)
+    for a, e, r in zip(actual, expected, ref64):
+        oracle.assert_values(a, e, r, "table gradient", grad=True)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)

@@ -29,10 +29,16 @@ Forms (all exact: each bag sums, averages or takes the max over the same rows in
 * ``mode`` sum, mean and max (max is exact too: the same elements in the same order, so the same
   maximum and the same arg-max row for the backward).
 
+``padding_idx`` (bags only): a bag leaves out its ids equal to the padding row and the padding row gets no
+gradient. The fused call has one padding row, ``G = S_0 + p_0`` (table 0's); each member's ids equal to
+its own ``p_i`` are mapped to ``G`` instead of shifted (``torch.where``), so the same entries are left out
+of the same bags, and no table's padding row is read or gets a gradient, as in eager. (``F.embedding``
+reads the padding row's values, so plain lookups with a padding_idx are left alone.) Members with and
+without a padding_idx are not grouped together.
+
 Left alone (no group key): ``max_norm`` (it renormalizes the weight in place; the translator keeps such
 calls opaque, :func:`optimus_bridge.vocab.is_mutation`), ``sparse=True`` (sparse gradients),
-``scale_grad_by_freq``, ``padding_idx`` other than None (one fused call has one padding row; tables with
-their own padding rows are not grouped), weights other than 2-D, and symbolic shapes.
+``scale_grad_by_freq``, weights other than 2-D, and symbolic shapes.
 
 The shifted concatenation of ids and offsets is one op (:func:`shifted_cat`, one kernel in Inductor),
 so the cost model sees one launch where Inductor emits one, not an add per table.
@@ -52,21 +58,32 @@ EMBEDDING_PARAMS = ("input", "weight", "padding_idx", "max_norm", "norm_type", "
 MODES = ("sum", "mean", "max")
 
 
-def shifted_cat(tensors: list, shifts: tuple) -> torch.Tensor:
+def _shift(t: torch.Tensor, s, pad, pad_to: int | None) -> torch.Tensor:
+    """``t + s``, with the ids equal to ``pad`` mapped to ``pad_to`` instead (``pad`` None: none are)."""
+    if pad is None or pad_to is None:
+        return t + s if not isinstance(s, int) or s else t
+    return torch.where(t == pad, pad_to, t + s)
+
+
+def shifted_cat(tensors: list, shifts: tuple, pads: tuple | None = None, pad_to: int | None = None) -> torch.Tensor:
     """``torch.cat([t.reshape(-1) + s for t, s in zip(tensors, shifts)])`` for rank-1 inputs, and the
     same along dim 0 without the reshape for inputs of higher rank (the 2-D ids of bags of equal size).
 
     Args:
         tensors: integer tensors of one dtype and device (ids or offsets), equal sizes past dim 0.
         shifts: one Python int per tensor, added to each of its elements (0: copied as it is).
+        pads, pad_to: one padding id per tensor (or None): its elements equal to it become ``pad_to``
+            instead of being shifted (the fused embedding bag's one padding row).
 
     Returns:
         The concatenation along dim 0 (a new tensor, never an alias), in the inputs' dtype.
     """
-    return torch.cat([t + s if s else t for t, s in zip(tensors, shifts)], 0)
+    pads = pads if pads is not None else (None,) * len(tensors)
+    return torch.cat([_shift(t, s, p, pad_to) for t, s, p in zip(tensors, shifts, pads)], 0)
 
 
-def select_shifted_cat(x: torch.Tensor, dim: int, shifts: tuple) -> torch.Tensor:
+def select_shifted_cat(x: torch.Tensor, dim: int, shifts: tuple, pads: tuple | None = None,
+                       pad_to: int | None = None) -> torch.Tensor:
     """:func:`shifted_cat` of every select of ``x`` along ``dim``, in order (``x.select(dim, i) + shifts[i]``
     for ``i < x.shape[dim]``), as one pointwise op over ``x`` (DLRM's ids ``sparse[:, f]``: one kernel,
     where a cat of many inputs is one copy kernel per input in Inductor).
@@ -75,13 +92,16 @@ def select_shifted_cat(x: torch.Tensor, dim: int, shifts: tuple) -> torch.Tensor
         x: integer tensor with ``x.shape[dim] == len(shifts)``.
         dim: the dim the selects index.
         shifts: one Python int per select.
+        pads, pad_to: as :func:`shifted_cat`.
 
     Returns:
         ``[len(shifts) * s0, *rest]`` where ``x.select(dim, i)`` is ``[s0, *rest]``.
     """
     y = x.movedim(dim, 0)
-    s = torch.tensor(shifts, dtype=x.dtype, device=x.device).view((-1,) + (1,) * (y.dim() - 1))
-    return (y + s).reshape((-1,) + tuple(y.shape[2:]))
+    view = (-1,) + (1,) * (y.dim() - 1)
+    s = torch.tensor(shifts, dtype=x.dtype, device=x.device).view(view)
+    p = None if pads is None else torch.tensor(pads, dtype=x.dtype, device=x.device).view(view)
+    return _shift(y, s, p, pad_to).reshape((-1,) + tuple(y.shape[2:]))
 
 
 def flat_shifted_cat(tensors: list, shifts: tuple) -> torch.Tensor:
@@ -109,8 +129,8 @@ def _bag_parts(m) -> dict:
     if bound is None:
         raise ValueError("unknown spelling")
     if bound.get("max_norm") is not None or bound.get("sparse", False) is not False \
-            or bound.get("scale_grad_by_freq", False) is not False or bound.get("padding_idx") is not None:
-        raise ValueError("max_norm, sparse, scale_grad_by_freq or padding_idx")
+            or bound.get("scale_grad_by_freq", False) is not False:
+        raise ValueError("max_norm, sparse or scale_grad_by_freq")
     mode = bound.get("mode", "mean")
     last = bound.get("include_last_offset", False)
     if mode not in MODES or not isinstance(last, bool):
@@ -134,7 +154,12 @@ def _bag_parts(m) -> dict:
     expect = xs[0] if form[0] == "2d" else m.in_shapes[off][0] - (1 if last else 0)
     if bags != expect or m.shape[1] != ws[1]:
         raise ValueError("output shape")
-    return {"x": x, "w": wt, "off": off, "psw": psw, "mode": mode, "form": form, "dim": ws[1]}
+    pad = bound.get("padding_idx")
+    if pad is not None:
+        if not isinstance(pad, int) or isinstance(pad, bool) or not -ws[0] <= pad < ws[0]:
+            raise ValueError("padding_idx")
+        pad %= ws[0]  # F.embedding_bag's normalization of a negative index
+    return {"x": x, "w": wt, "off": off, "psw": psw, "mode": mode, "form": form, "dim": ws[1], "pad": pad}
 
 
 def embedding_bag_key(m):
@@ -148,19 +173,20 @@ def embedding_bag_key(m):
     except ValueError:
         return None
     return ("batch_embedding_bag", p["dim"], p["mode"], p["form"], p["off"] is not None, p["psw"] is not None,
-            p["x"], p["w"], p["off"], p["psw"], m.types)
+            p["pad"] is not None, p["x"], p["w"], p["off"], p["psw"], m.types)
 
 
 embedding_bag_key.any_strides = True  # see embedding_key
 
 
-def _shifted(w, handles: list, shifts: list, shape, types, flat: bool = False) -> int:
+def _shifted(w, handles: list, shifts: list, shape, types, flat: bool = False, pads=None, pad_to=None) -> int:
     fn = flat_shifted_cat if flat else shifted_cat
     from optimus_bridge.translate import Slot
 
-    recipe = _recipe(fn.__name__, fn, ([Slot(i) for i in range(len(handles))], tuple(shifts)))
+    extra = () if pads is None else (tuple(pads), pad_to)
+    recipe = _recipe(fn.__name__, fn, ([Slot(i) for i in range(len(handles))], tuple(shifts)) + extra)
     t = types  # (dtype, device) of the ids (or offsets)
-    key = w.key(f"{fn.__name__}{tuple(shifts)}", recipe, ((t,) * len(handles), t))
+    key = w.key(f"{fn.__name__}{tuple(shifts)}{extra}", recipe, ((t,) * len(handles), t))
     return w.apply(key, handles, shape)
 
 
@@ -179,16 +205,17 @@ def _selects_of_one(w, members, x: int):
     return base
 
 
-def _shifted_ids(w, members, x: int, starts: list, shape, types) -> int:
+def _shifted_ids(w, members, x: int, starts: list, shape, types, pads=None, pad_to=None) -> int:
     """The members' ids, each shifted by its table's row start, concatenated along dim 0: one
     :func:`select_shifted_cat` over their base when they are all the selects of one tensor, else
     :func:`shifted_cat`."""
     one = _selects_of_one(w, members, x)
     if one is None or len(shape) > 2:
-        return _shifted(w, [w.handle(m.inputs[x]) for m in members], starts, shape, types)
+        return _shifted(w, [w.handle(m.inputs[x]) for m in members], starts, shape, types, pads=pads, pad_to=pad_to)
     base, d = one
-    recipe = _recipe("select_shifted_cat", select_shifted_cat, (_slots(1)[0], d, tuple(starts)))
-    key = w.key(f"select_shifted_cat{d}{tuple(starts)}", recipe, ((types,), types))
+    extra = () if pads is None else (tuple(pads), pad_to)
+    recipe = _recipe("select_shifted_cat", select_shifted_cat, (_slots(1)[0], d, tuple(starts)) + extra)
+    key = w.key(f"select_shifted_cat{d}{tuple(starts)}{extra}", recipe, ((types,), types))
     return w.apply(key, [w.handle(base)], shape)
 
 
@@ -205,7 +232,9 @@ def build_embedding_bag(w, members) -> None:
     xs = [tuple(m.in_shapes[x]) for m in members]
     n_ids = sum(s[0] for s in xs)
     ids_shape = (n_ids,) + xs[0][1:]
-    args = [_shifted_ids(w, members, x, starts, ids_shape, types_in[x]), W]
+    pads = [_bag_parts(m)["pad"] for m in members] if p["pad"] is not None else None
+    pad_to = starts[0] + pads[0] if pads is not None else None
+    args = [_shifted_ids(w, members, x, starts, ids_shape, types_in[x], pads, pad_to), W]
     slots = {"input": 0, "weight": 1}
     if off is not None:
         lens = [m.in_shapes[off][0] for m in members]
@@ -222,7 +251,7 @@ def build_embedding_bag(w, members) -> None:
 
     kwargs = {"offsets": Slot(slots["offsets"]) if "offsets" in slots else None, "mode": p["mode"],
               "per_sample_weights": Slot(slots["per_sample_weights"]) if "per_sample_weights" in slots else None,
-              "include_last_offset": False}
+              "include_last_offset": False, "padding_idx": pad_to}
     recipe = _recipe("embedding_bag", F.embedding_bag, (Slot(0), Slot(1)), kwargs)
     arg_types = tuple(types_in[i] for i in [x, wt] + ([off] if off is not None else []) + ([psw] if psw is not None else []))
     key = w.key(f"batch_embedding_bag:{p['mode']}:{sorted(slots)}", recipe, (arg_types, types_out))
@@ -314,8 +343,8 @@ batch_embedding_bag = HorizontalPattern(
     y_i = F.embedding_bag(ids_i, W_i, offsets_i, mode=m, per_sample_weights=p_i)
         =>  Y = F.embedding_bag(cat(ids_i + S_i), cat(W_i), cat(offsets_i + N_i), mode=m,
                                 per_sample_weights=cat(p_i)); y_i = Y[b_i : b_i + B_i]
-    (2-D ids [B_i, L] without offsets: cat along dim 0; max_norm, sparse, scale_grad_by_freq and
-    padding_idx are left alone)
+    (2-D ids [B_i, L] without offsets: cat along dim 0; with padding_idx p_i, ids equal to p_i map to the
+    one padding row S_0 + p_0; max_norm, sparse and scale_grad_by_freq are left alone)
     """,
     group_key=embedding_bag_key,
     build=build_embedding_bag,
