@@ -283,3 +283,22 @@ def test_eqsat_weighs_the_copy_of_a_huge_table(execution):
     assert lookups(c.gm2, F.embedding_bag) == (1 if execution == "launch" else 4), c.gm2.code
     c = check(f, [*xs, *ws], "greedy", pattern_options=SMALL, grad=False, cost_model=model)
     assert lookups(c.gm2, F.embedding_bag) == 1, c.gm2.code
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("order", ["in order", "reversed", "a subset"])
+def test_ids_as_selects_of_one_tensor(strategy, order):
+    """Ids ``x[:, f]`` of one tensor: read in order (all of x's dim 1), the shift is one
+    select_shifted_cat over x; reversed or a subset, a shifted_cat of the selects. Exact either way."""
+    n = 5
+    ws = tables([4, 6, 5, 7, 3, 8], 3, seed=31)
+    x = torch.randint(0, 3, (4, n if order != "a subset" else n + 1, 2), generator=torch.Generator().manual_seed(32))
+    cols = {"in order": range(n), "reversed": reversed(range(n)), "a subset": range(n)}[order]
+    cols = list(cols)
+
+    def f(x, w0, w1, w2, w3, w4):
+        return torch.cat([F.embedding_bag(x[:, c], w, mode="mean") for c, w in zip(cols, (w0, w1, w2, w3, w4))], 1)
+
+    c = check(f, [x, *ws[:n]], strategy, pattern_options=SMALL)
+    assert lookups(c.gm2, F.embedding_bag) == 1, c.gm2.code
+    assert ("select_shifted_cat" in c.gm2.code) == (order == "in order"), c.gm2.code
