@@ -151,23 +151,41 @@ def test_bags_with_padding_idx(strategy, mode, two_d):
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_left_alone(strategy):
-    """sparse=True and scale_grad_by_freq are not fused, nor F.embedding with a padding_idx (its padding row
-    is read); max_norm (which renormalizes the table in place) stays exactly as it is, the tables after the
-    call equal eager's."""
-    w = tables([5, 6, 7, 8, 9, 4], 4)
-    x = ids2d([4] * 6, 2, 3)
+def test_scale_grad_by_freq(strategy):
+    """F.embedding's scale_grad_by_freq divides a row's gradient by its count in the call's ids; the
+    tables' rows are disjoint in the fused table, so the counts (and gradients) are each table's own.
+    Tables with and without it are two groups. Bags with it are left alone (see embedding.py)."""
+    w = tables([5, 6, 7, 8] * 2, 4, seed=41)
+    x = ids2d([3] * 8, 3, 4, seed=42)  # ids in 0..2: many repeats
 
-    def f(x0, x1, x2, x3, x4, x5, w0, w1, w2, w3, w4, w5):
-        return [F.embedding_bag(x0, w0, mode="sum", scale_grad_by_freq=True),
-                F.embedding_bag(x1, w1, mode="sum", scale_grad_by_freq=True),
-                F.embedding_bag(x2, w2, mode="sum", sparse=True), F.embedding_bag(x3, w3, mode="sum", sparse=True),
-                F.embedding(x4, w4, padding_idx=1), F.embedding(x5, w5, padding_idx=1)]
+    def f(*a):
+        return [F.embedding_bag(x, w, mode="mean", scale_grad_by_freq=True) for x, w in zip(a[:8], a[8:])]
+
+    def g(*a):
+        return [F.embedding(x, w, scale_grad_by_freq=i < 4) for i, (x, w) in enumerate(zip(a[:8], a[8:]))]
+
+    c = check(f, [*x, *w], strategy, pattern_options=SMALL)
+    assert lookups(c.gm2, F.embedding_bag) == 8, c.gm2.code
+    c = check(g, [*x, *w], strategy, pattern_options=SMALL)
+    assert lookups(c.gm2, F.embedding) == 2, c.gm2.code
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_left_alone(strategy):
+    """sparse=True is not fused, nor F.embedding with a padding_idx (its padding row is read); max_norm
+    (which renormalizes the table in place) stays exactly as it is, the tables after the call equal
+    eager's."""
+    w = tables([5, 6, 7, 8], 4)
+    x = ids2d([4] * 4, 2, 3)
+
+    def f(x0, x1, x2, x3, w0, w1, w2, w3):
+        return [F.embedding_bag(x0, w0, mode="sum", sparse=True), F.embedding_bag(x1, w1, mode="sum", sparse=True),
+                F.embedding(x2, w2, padding_idx=1), F.embedding(x3, w3, padding_idx=1)]
 
     c = check(f, [*x, *w], strategy, pattern_options=SMALL, grad=False)
     assert c.report.patterns_fired["batch_embedding_bag"] == 0
     assert c.report.patterns_fired["batch_embedding"] == 0
-    assert lookups(c.gm2, F.embedding_bag) == 4
+    assert lookups(c.gm2, F.embedding_bag) == 2
 
     def g(x0, x1, w0, w1):
         return [F.embedding_bag(x0, w0, mode="sum", max_norm=0.5), F.embedding_bag(x1, w1, mode="sum", max_norm=0.5)]

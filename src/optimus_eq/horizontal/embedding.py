@@ -36,9 +36,15 @@ of the same bags, and no table's padding row is read or gets a gradient, as in e
 reads the padding row's values, so plain lookups with a padding_idx are left alone.) Members with and
 without a padding_idx are not grouped together.
 
+``scale_grad_by_freq`` of ``F.embedding`` (in the group key, passed on): the backward divides a row's
+gradient by how often the row occurs in the call's ids; the tables' rows are disjoint in the fused table,
+so each row's count is the count in its own table's ids. Not for bags: eager CPU's embedding bag backward
+does not divide by the row's count (ids [[0, 0], [2, 0]]: row 0 gets 3 x 1/3, row 2 gets 1/3), so its
+result depends on more than the counts, and bags with it are left alone.
+
 Left alone (no group key): ``max_norm`` (it renormalizes the weight in place; the translator keeps such
-calls opaque, :func:`optimus_bridge.vocab.is_mutation`), ``sparse=True`` (sparse gradients),
-``scale_grad_by_freq``, weights other than 2-D, and symbolic shapes.
+calls opaque, :func:`optimus_bridge.vocab.is_mutation`), ``sparse=True`` (sparse gradients), weights
+other than 2-D, and symbolic shapes.
 
 The shifted concatenation of ids and offsets is one op (:func:`shifted_cat`, one kernel in Inductor),
 so the cost model sees one launch where Inductor emits one, not an add per table.
@@ -128,8 +134,8 @@ def _bag_parts(m) -> dict:
     bound = bind(m.recipe, EMBEDDING_BAG_PARAMS)
     if bound is None:
         raise ValueError("unknown spelling")
-    if bound.get("max_norm") is not None or bound.get("sparse", False) is not False \
-            or bound.get("scale_grad_by_freq", False) is not False:
+    freq = bound.get("scale_grad_by_freq", False)
+    if bound.get("max_norm") is not None or bound.get("sparse", False) is not False or freq is not False:
         raise ValueError("max_norm, sparse or scale_grad_by_freq")
     mode = bound.get("mode", "mean")
     last = bound.get("include_last_offset", False)
@@ -159,7 +165,8 @@ def _bag_parts(m) -> dict:
         if not isinstance(pad, int) or isinstance(pad, bool) or not -ws[0] <= pad < ws[0]:
             raise ValueError("padding_idx")
         pad %= ws[0]  # F.embedding_bag's normalization of a negative index
-    return {"x": x, "w": wt, "off": off, "psw": psw, "mode": mode, "form": form, "dim": ws[1], "pad": pad}
+    return {"x": x, "w": wt, "off": off, "psw": psw, "mode": mode, "form": form, "dim": ws[1], "pad": pad,
+            "freq": freq}
 
 
 def embedding_bag_key(m):
@@ -173,7 +180,7 @@ def embedding_bag_key(m):
     except ValueError:
         return None
     return ("batch_embedding_bag", p["dim"], p["mode"], p["form"], p["off"] is not None, p["psw"] is not None,
-            p["pad"] is not None, p["x"], p["w"], p["off"], p["psw"], m.types)
+            p["pad"] is not None, p["freq"], p["x"], p["w"], p["off"], p["psw"], m.types)
 
 
 embedding_bag_key.any_strides = True  # see embedding_key
@@ -252,9 +259,11 @@ def build_embedding_bag(w, members) -> None:
     kwargs = {"offsets": Slot(slots["offsets"]) if "offsets" in slots else None, "mode": p["mode"],
               "per_sample_weights": Slot(slots["per_sample_weights"]) if "per_sample_weights" in slots else None,
               "include_last_offset": False, "padding_idx": pad_to}
+    if p["freq"]:
+        kwargs["scale_grad_by_freq"] = True
     recipe = _recipe("embedding_bag", F.embedding_bag, (Slot(0), Slot(1)), kwargs)
     arg_types = tuple(types_in[i] for i in [x, wt] + ([off] if off is not None else []) + ([psw] if psw is not None else []))
-    key = w.key(f"batch_embedding_bag:{p['mode']}:{sorted(slots)}", recipe, (arg_types, types_out))
+    key = w.key(f"batch_embedding_bag:{p['mode']}:{sorted(slots)}:{pad_to}:{p['freq']}", recipe, (arg_types, types_out))
     total = sum(bags)
     Y = w.apply(key, args, (total, dim))
     start = 0
@@ -266,23 +275,24 @@ def build_embedding_bag(w, members) -> None:
 
 # -- F.embedding ---------------------------------------------------------------------------------------
 
-def _embedding_parts(m) -> tuple[int, int, int]:
-    """``(ids slot, weight slot, dim)`` of an ``F.embedding`` member, or raise ValueError."""
+def _embedding_parts(m) -> tuple[int, int, int, bool]:
+    """``(ids slot, weight slot, dim, scale_grad_by_freq)`` of an ``F.embedding`` member, or raise ValueError."""
     if m.recipe.name != "embedding" or m.op != "Apply":
         raise ValueError("not an embedding")
     bound = bind(m.recipe, EMBEDDING_PARAMS)
     if bound is None:
         raise ValueError("unknown spelling")
+    freq = bound.get("scale_grad_by_freq", False)
     if bound.get("max_norm") is not None or bound.get("sparse", False) is not False \
-            or bound.get("scale_grad_by_freq", False) is not False or bound.get("padding_idx") is not None:
-        raise ValueError("max_norm, sparse, scale_grad_by_freq or padding_idx")
+            or not isinstance(freq, bool) or bound.get("padding_idx") is not None:
+        raise ValueError("max_norm, sparse or padding_idx")
     x, wt = _slot_of(bound, "input"), _slot_of(bound, "weight")
     if x is None or wt is None:
         raise ValueError("no input or weight")
     xs, ws = m.in_shapes[x], m.in_shapes[wt]
     if xs is None or ws is None or len(ws) != 2 or m.shape != tuple(xs) + (ws[1],):
         raise ValueError("shapes")
-    return x, wt, ws[1]
+    return x, wt, ws[1], freq
 
 
 def embedding_key(m):
@@ -291,10 +301,10 @@ def embedding_key(m):
     if m.is_output and not m.eager_contiguous:
         return None
     try:
-        x, wt, dim = _embedding_parts(m)
+        x, wt, dim, freq = _embedding_parts(m)
     except ValueError:
         return None
-    return ("batch_embedding", dim, x, wt, m.types)
+    return ("batch_embedding", dim, freq, x, wt, m.types)
 
 
 # A lookup's value is a new contiguous tensor in eager, and so is each member's row slice of the fused
@@ -308,7 +318,7 @@ def build_embedding(w, members) -> None:
     """``Y = F.embedding(flat_shifted_cat(ids_i, +S_i), cat(W_i))``; member i is
     ``Y[n_i : n_i + numel(ids_i)].reshape(*ids_i.shape, D)`` (a view: rows of a contiguous Y)."""
     m0 = members[0]
-    x, wt, dim = _embedding_parts(m0)
+    x, wt, dim, freq = _embedding_parts(m0)
     types_in, types_out = m0.types
     rows = [m.in_shapes[wt][0] for m in members]
     starts = [sum(rows[:i]) for i in range(len(rows))]
@@ -321,8 +331,8 @@ def build_embedding(w, members) -> None:
         counts.append(c)
     total = sum(counts)
     ids = _shifted(w, [w.handle(m.inputs[x]) for m in members], starts, (total,), types_in[x], flat=True)
-    recipe = _recipe("embedding", F.embedding, (_slots(2)))
-    key = w.key("batch_embedding", recipe, ((types_in[x], types_in[wt]), types_out))
+    recipe = _recipe("embedding", F.embedding, (_slots(2)), {"scale_grad_by_freq": True} if freq else {})
+    key = w.key(f"batch_embedding:{freq}", recipe, ((types_in[x], types_in[wt]), types_out))
     Y = w.apply(key, [ids, W], (total, dim))
     start = 0
     for m, c in zip(members, counts):
@@ -358,7 +368,7 @@ batch_embedding = HorizontalPattern(
 
     y_i = F.embedding(ids_i, W_i)        (W_i: [R_i, D], ids_i of any shape)
         =>  Y = F.embedding(cat(ids_i.flatten() + S_i), cat(W_i)); y_i = Y[n_i : n_i + ids_i.numel()].view(*ids_i.shape, D)
-    (max_norm, sparse, scale_grad_by_freq and padding_idx are left alone)
+    (max_norm, sparse and padding_idx are left alone)
     """,
     group_key=embedding_key,
     build=build_embedding,
