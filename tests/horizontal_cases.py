@@ -206,8 +206,8 @@ def einsum_case(draw) -> Case:
 def embedding_bag_case(draw) -> Case:
     """n embedding bags of one dim and mode (tables of any number of rows), 2-D ids or 1-D ids with
     offsets (empty bags included; ``include_last_offset`` or not), per_sample_weights with sum (groups of
-    six or more: eqsat prices that fused form at five kernels), plus a bag of another dim that must stay
-    apart. Ids have repeats."""
+    six or more: eqsat prices that fused form at five kernels), a padding_idx per table (some negative)
+    or none, plus a bag of another dim that must stay apart. Ids have repeats."""
     n, _, dtype, seed = _group(draw)
     dim = draw(st.integers(1, 4))
     mode = draw(st.sampled_from(["sum", "mean", "max"]))
@@ -216,6 +216,7 @@ def embedding_bag_case(draw) -> Case:
     psw = mode == "sum" and n >= 6 and draw(st.booleans())
     g = torch.Generator().manual_seed(seed)
     rows = [draw(st.integers(1, 6)) for _ in range(n + 1)]
+    pads = [draw(st.integers(-r, r - 1)) for r in rows] if draw(st.booleans()) else [None] * (n + 1)
     ws = [_x([r, dim + (i == n)], dtype, seed + i) for i, r in enumerate(rows)]
     xs, offs, ps = [], [], []
     bag = draw(st.integers(1, 3))  # 2-D ids: one bag size per group (in the group key), any batch
@@ -235,11 +236,12 @@ def embedding_bag_case(draw) -> Case:
         o, rest = ([None] * m, rest) if two_d else (rest[:m], rest[m:])
         p = rest if psw else [None] * m
         return tuple(F.embedding_bag(x[i], w[i], o[i], mode=mode, include_last_offset=last and not two_d,
-                                     per_sample_weights=p[i]) for i in range(m))
+                                     per_sample_weights=p[i], padding_idx=pads[i]) for i in range(m))
 
     inputs = xs + ws + ([] if two_d else offs) + (ps if psw else [])
     return Case(_fixed(fn, len(inputs)), inputs,
-                f"embedding_bag n={n} dim={dim} {mode} {'2-D' if two_d else f'1-D last={last}'} psw={psw} {dtype}")
+                f"embedding_bag n={n} dim={dim} {mode} {'2-D' if two_d else f'1-D last={last}'} psw={psw} "
+                f"pads={pads} {dtype}")
 
 
 @st.composite
