@@ -320,3 +320,18 @@ def test_ids_as_selects_of_one_tensor(strategy, order):
     c = check(f, [x, *ws[:n]], strategy, pattern_options=SMALL)
     assert lookups(c.gm2, F.embedding_bag) == 1, c.gm2.code
     assert ("select_shifted_cat" in c.gm2.code) == (order == "in order"), c.gm2.code
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_table_read_twice(strategy):
+    """One table looked up by two members (shared embeddings): it is in the cat twice, and its gradient is
+    the sum of both slices' gradients, as eager's."""
+    w = tables([5, 6, 7], 3, seed=51)
+    x = ids2d([5, 5, 6, 7], 2, 3, seed=52)
+
+    def f(x0, x1, x2, x3, w0, w1, w2):
+        return torch.cat([F.embedding_bag(x0, w0, mode="sum"), F.embedding_bag(x1, w0, mode="sum"),
+                          F.embedding_bag(x2, w1, mode="sum"), F.embedding_bag(x3, w2, mode="sum")], 1)
+
+    c = check(f, [*x, *w], strategy, pattern_options=SMALL)
+    assert lookups(c.gm2, F.embedding_bag) == 1, c.gm2.code
