@@ -72,8 +72,8 @@ def _shift(t: torch.Tensor, s, pad, pad_to: int | None) -> torch.Tensor:
 
 
 def shifted_cat(tensors: list, shifts: tuple, pads: tuple | None = None, pad_to: int | None = None) -> torch.Tensor:
-    """``torch.cat([t.reshape(-1) + s for t, s in zip(tensors, shifts)])`` for rank-1 inputs, and the
-    same along dim 0 without the reshape for inputs of higher rank (the 2-D ids of bags of equal size).
+    """``torch.cat([t + s for t, s in zip(tensors, shifts)], 0)``: 1-D ids or offsets, or the 2-D ids of
+    bags of one size (``[B_i, L]`` -> ``[sum B_i, L]``).
 
     Args:
         tensors: integer tensors of one dtype and device (ids or offsets), equal sizes past dim 0.
@@ -259,11 +259,9 @@ def build_embedding_bag(w, members) -> None:
     kwargs = {"offsets": Slot(slots["offsets"]) if "offsets" in slots else None, "mode": p["mode"],
               "per_sample_weights": Slot(slots["per_sample_weights"]) if "per_sample_weights" in slots else None,
               "include_last_offset": False, "padding_idx": pad_to}
-    if p["freq"]:
-        kwargs["scale_grad_by_freq"] = True
     recipe = _recipe("embedding_bag", F.embedding_bag, (Slot(0), Slot(1)), kwargs)
     arg_types = tuple(types_in[i] for i in [x, wt] + ([off] if off is not None else []) + ([psw] if psw is not None else []))
-    key = w.key(f"batch_embedding_bag:{p['mode']}:{sorted(slots)}:{pad_to}:{p['freq']}", recipe, (arg_types, types_out))
+    key = w.key(f"batch_embedding_bag:{p['mode']}:{sorted(slots)}:{pad_to}", recipe, (arg_types, types_out))
     total = sum(bags)
     Y = w.apply(key, args, (total, dim))
     start = 0
