@@ -14,9 +14,9 @@ junk-rich ways) and adds a residual.  Variants, chosen by layer index i:
   where fields ``[k1, k2)`` are passed through untouched, so
   ``cat(split(x)[k1:k2])`` is a plain slice of x.
 
-Opaque (out-of-vocabulary) ops: an embedding lookup ``F.embedding(ids, W)``
-added to the input, and a per-field ``torch.cumsum`` on field 0 every fifth
-layer.  The residual is ``(h + x) * 0.5`` which keeps magnitudes bounded over
+An embedding lookup ``F.embedding(ids, W)`` added to the input (a pure op since
+batch_embedding; one lookup, nothing to batch) and, opaque (out of the
+vocabulary), a per-field ``torch.cumsum`` on field 0 every fifth layer.  The residual is ``(h + x) * 0.5`` which keeps magnitudes bounded over
 hundreds of layers.  Like a dynamo graph, ``gm(*inputs)`` returns a 1-tuple.
 
 The graph is built directly with :class:`torch.fx.Graph` (no tracing), so a
@@ -62,7 +62,7 @@ def build_rec_fx_graph(num_fields: int, layers: int, dim: int = 4) -> fx.Graph:
     x = g.placeholder("x")
     ids = g.placeholder("ids")
     w = g.placeholder("emb_weight")
-    e = g.call_function(F.embedding, (ids, w))  # [B, N*D], opaque leaf
+    e = g.call_function(F.embedding, (ids, w))  # [B, N*D]
     x = g.call_function(operator.add, (x, e))
 
     for i in range(layers):

@@ -202,7 +202,71 @@ def einsum_case(draw) -> Case:
     return Case(fn, [x, w, b, m], f"einsum {eq!r} x={tuple(x.shape)} w={tuple(w.shape)} {dtype}")
 
 
+@st.composite
+def embedding_bag_case(draw) -> Case:
+    """n embedding bags of one dim and mode (tables of any number of rows), 2-D ids or 1-D ids with
+    offsets (empty bags included; ``include_last_offset`` or not), per_sample_weights with sum (groups of
+    six or more: eqsat prices that fused form at five kernels), a padding_idx per table (some negative)
+    or none, plus a bag of another dim that must stay apart. Ids have repeats."""
+    n, _, dtype, seed = _group(draw)
+    dim = draw(st.integers(1, 4))
+    mode = draw(st.sampled_from(["sum", "mean", "max"]))
+    two_d = draw(st.booleans())
+    last = draw(st.booleans())
+    psw = mode == "sum" and n >= 6 and draw(st.booleans())
+    g = torch.Generator().manual_seed(seed)
+    rows = [draw(st.integers(1, 6)) for _ in range(n + 1)]
+    pads = [draw(st.integers(-r, r - 1)) for r in rows] if draw(st.booleans()) else [None] * (n + 1)
+    ws = [_x([r, dim + (i == n)], dtype, seed + i) for i, r in enumerate(rows)]
+    xs, offs, ps = [], [], []
+    bag = draw(st.integers(1, 3))  # 2-D ids: one bag size per group (in the group key), any batch
+    for r in rows:
+        if two_d:
+            xs.append(torch.randint(0, r, (draw(st.integers(1, 3)), bag), generator=g))
+        else:
+            k = draw(st.integers(0, 5))
+            xs.append(torch.randint(0, r, (k,), generator=g))
+            cuts = sorted(draw(st.lists(st.integers(0, k), min_size=1, max_size=3)))
+            offs.append(torch.tensor([0] + cuts + ([k] if last else [])))
+        ps.append(_x(list(xs[-1].shape), dtype, seed + 50))
+    m = n + 1
+
+    def fn(*a):
+        x, w, rest = a[:m], a[m:2 * m], a[2 * m:]
+        o, rest = ([None] * m, rest) if two_d else (rest[:m], rest[m:])
+        p = rest if psw else [None] * m
+        return tuple(F.embedding_bag(x[i], w[i], o[i], mode=mode, include_last_offset=last and not two_d,
+                                     per_sample_weights=p[i], padding_idx=pads[i]) for i in range(m))
+
+    inputs = xs + ws + ([] if two_d else offs) + (ps if psw else [])
+    return Case(_fixed(fn, len(inputs)), inputs,
+                f"embedding_bag n={n} dim={dim} {mode} {'2-D' if two_d else f'1-D last={last}'} psw={psw} "
+                f"pads={pads} {dtype}")
+
+
+@st.composite
+def embedding_case(draw) -> Case:
+    """n lookups into tables of one dim, ids of rank 1 to 3 with repeats, plus one of another dim."""
+    n, _, dtype, seed = _group(draw)
+    dim = draw(st.integers(1, 4))
+    g = torch.Generator().manual_seed(seed)
+    ws, xs = [], []
+    for i in range(n + 1):
+        r = draw(st.integers(1, 6))
+        ws.append(_x([r, dim + (i == n)], dtype, seed + i))
+        shape = [draw(st.integers(1, 3)) for _ in range(draw(st.integers(1, 3)))]
+        xs.append(torch.randint(0, r, shape, generator=g))
+    m = n + 1
+
+    def fn(*a):
+        return tuple(F.embedding(x, w) * 2 for x, w in zip(a[:m], a[m:]))
+
+    return Case(_fixed(fn, 2 * m), xs + ws, f"embedding n={n} dim={dim} {dtype}")
+
+
 CASES = {
+    "batch_embedding_bag": embedding_bag_case,
+    "batch_embedding": embedding_case,
     "einsum_to_pointwise_pass": einsum_case,
     "batch_linear_lhs": linear_lhs_case,
     "batch_linear": linear_case,

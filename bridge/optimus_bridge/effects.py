@@ -44,9 +44,26 @@ def _inplace_position(target) -> int | None:
     return params.index("inplace") if "inplace" in params else None
 
 
+def embedding_max_norm(node: Node):
+    """The ``max_norm`` argument of an ``F.embedding`` / ``F.embedding_bag`` call (None for other nodes)."""
+    if node.op != "call_function":
+        return None
+    try:
+        pos = {F.embedding: 3, F.embedding_bag: 3}.get(node.target)
+    except TypeError:  # unhashable target
+        return None
+    if pos is None:
+        return None
+    return node.args[pos] if len(node.args) > pos else node.kwargs.get("max_norm")
+
+
 def is_mutation(node: Node, gm: torch.fx.GraphModule | None = None) -> bool:
-    """True when ``node`` writes into one of its inputs (in-place op, ``out=``, setitem, ``x += y``)."""
+    """True when ``node`` writes into one of its inputs (in-place op, ``out=``, setitem, ``x += y``,
+    ``F.embedding``/``F.embedding_bag`` with ``max_norm``, which renormalizes the looked-up rows of the
+    weight in place: torch/nn/functional.py, ``torch.embedding_renorm_``)."""
     if node.kwargs.get("inplace") is True or "out" in node.kwargs:
+        return True
+    if embedding_max_norm(node) is not None:
         return True
     if node.op == "call_function" and callable(node.target):
         try:

@@ -71,6 +71,8 @@ _FUNCTIONS: dict[object, str] = {
     F.layer_norm: "layer_norm",
     torch.layer_norm: "layer_norm",
     torch.functional.einsum: "einsum",
+    F.embedding_bag: "embedding_bag",
+    F.embedding: "embedding",
 }
 
 _METHODS: dict[str, str] = {
@@ -87,7 +89,7 @@ _METHODS: dict[str, str] = {
 #: Ops whose output never shares storage with an input (used by the alias analysis).
 FRESH_OPS = frozenset(
     ["cat", "stack", "relu", "tanh", "sigmoid", "clamp", "nan_to_num", "add", "sub", "mul", "div", "linear",
-     "mm", "addmm", "bmm", "baddbmm", "matmul", "layer_norm"]
+     "mm", "addmm", "bmm", "baddbmm", "matmul", "layer_norm", "embedding_bag", "embedding"]
 )
 
 #: Pointwise ops of one tensor (a scalar second operand included): ``Unary`` terms.
@@ -97,7 +99,10 @@ ARITH_OPS = frozenset(["add", "sub", "mul", "div"])
 #: Ops with tensor inputs and no rewrite rules yet (horizontal fusion will anchor on them): ``Apply``.
 #: ``einsum`` only with two tensor operands (the translator leaves others opaque); not in FRESH_OPS, since
 #: a one-operand einsum ("ij->ji") returns a view.
-APPLY_OPS = frozenset(["linear", "mm", "addmm", "bmm", "baddbmm", "matmul", "layer_norm", "einsum"])
+#: ``embedding_bag`` / ``embedding`` only without ``max_norm`` (which renormalizes the weight in place: a
+#: mutation, :func:`is_mutation`).
+APPLY_OPS = frozenset(["linear", "mm", "addmm", "bmm", "baddbmm", "matmul", "layer_norm", "einsum",
+                       "embedding_bag", "embedding"])
 #: Views of one tensor whose result shape comes from FX meta: ``Reshape``.
 RESHAPE_OPS = frozenset(["reshape", "flatten", "unflatten", "squeeze"])
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 from optimus_eq.patterns import aten, pointwise, split_cat, views
 from optimus_eq.registry import HorizontalPattern, Pattern, PatternRegistry, Rule
 from optimus_eq.horizontal import patterns as horizontal
+from optimus_eq.horizontal import embedding  # noqa: E402
 
 DEFAULT_REGISTRY = PatternRegistry()
 for _p in (
     split_cat.normalization_pass,
     *horizontal.PATTERNS,
+    *embedding.PATTERNS,
     split_cat.remove_split_with_size_one_pass,
     split_cat.merge_splits_pass,
     split_cat.split_of_cat_pass,

@@ -1,0 +1,367 @@
+"""Horizontal fusion of embedding lookups: ``batch_embedding_bag`` and ``batch_embedding`` (pre-grad).
+
+Independent lookups into tables of one embedding dim (and one mode, dtype and device) become one lookup
+into the row-wise concatenation of the tables, each table's ids offset by the row where its table starts
+(the technique of TorchRec's fused embedding bag collection, written here for plain ``nn.EmbeddingBag`` /
+``F.embedding_bag`` and ``nn.Embedding`` / ``F.embedding`` graphs as dynamo records them: a
+``call_function`` whose weight is a placeholder)::
+
+    y_i = F.embedding_bag(ids_i, W_i, offsets_i, mode=m)                 (W_i: [R_i, D])
+        =>  Y = F.embedding_bag(shifted_cat(ids_i, +S_i), cat(W_i), shifted_cat(offsets_i, +N_i), mode=m)
+            y_i = Y[b_i : b_i + B_i]
+
+with ``S_i`` the row start of table i in ``cat(W_i)``, ``N_i`` the number of ids before table i's and
+``b_i`` the first bag of table i in ``Y``. One forward kernel and one backward (one sort) instead of one
+per table; each table's gradient is a row slice of the one gradient of ``cat(W_i)``, in the parameter's
+own layout. The cat of the weights is an op of the graph: it reads the parameters on every call, so the
+fused graph sees the weights an optimizer step wrote (training re-does the copy every step; the cost
+model charges it).
+
+Forms (all exact: each bag sums, averages or takes the max over the same rows in the same order):
+
+* 2-D ids ``[B_i, L]`` (bags of L ids, no offsets): ``cat`` along dim 0 (L in the group key);
+* 1-D ids with offsets (``include_last_offset`` in the group key): the offsets of table i are shifted by
+  ``N_i``. Eager requires ``offsets[0] == 0`` (ATen checks it), so table i's last bag ends where table
+  i + 1's first bag starts, exactly as in eager. With ``include_last_offset=True`` the fused call keeps
+  every table's final offset as the start of one extra bag (``include_last_offset=False``), whose result
+  is dropped: ids past a table's final offset stay out of its bags, as in eager;
+* ``per_sample_weights`` (sum only) are concatenated like the ids;
+* ``mode`` sum, mean and max (max is exact too: the same elements in the same order, so the same
+  maximum and the same arg-max row for the backward).
+
+``padding_idx`` (bags only): a bag leaves out its ids equal to the padding row and the padding row gets no
+gradient. The fused call has one padding row, ``G = S_0 + p_0`` (table 0's); each member's ids equal to
+its own ``p_i`` are mapped to ``G`` instead of shifted (``torch.where``), so the same entries are left out
+of the same bags, and no table's padding row is read or gets a gradient, as in eager. (``F.embedding``
+reads the padding row's values, so plain lookups with a padding_idx are left alone.) Members with and
+without a padding_idx are not grouped together.
+
+``scale_grad_by_freq`` of ``F.embedding`` (in the group key, passed on): the backward divides a row's
+gradient by how often the row occurs in the call's ids; the tables' rows are disjoint in the fused table,
+so each row's count is the count in its own table's ids. Not for bags: eager CPU's embedding bag backward
+does not divide by the row's count (ids [[0, 0], [2, 0]]: row 0 gets 3 x 1/3, row 2 gets 1/3), so its
+result depends on more than the counts, and bags with it are left alone.
+
+Left alone (no group key): ``max_norm`` (it renormalizes the weight in place; the translator keeps such
+calls opaque, :func:`optimus_bridge.vocab.is_mutation`), ``sparse=True`` (sparse gradients), weights
+other than 2-D, and symbolic shapes.
+
+The shifted concatenation of ids and offsets is one op (:func:`shifted_cat`, one kernel in Inductor),
+so the cost model sees one launch where Inductor emits one, not an add per table.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from optimus_eq.horizontal.recipes import bind, slot
+from optimus_eq.horizontal.recipes import recipe as _recipe
+from optimus_eq.horizontal.recipes import slots as _slots
+from optimus_eq.registry import HorizontalPattern
+
+EMBEDDING_BAG_PARAMS = ("input", "weight", "offsets", "max_norm", "norm_type", "scale_grad_by_freq", "mode",
+                        "sparse", "per_sample_weights", "include_last_offset", "padding_idx")
+EMBEDDING_PARAMS = ("input", "weight", "padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse")
+MODES = ("sum", "mean", "max")
+
+
+def _shift(t: torch.Tensor, s, pad, pad_to: int | None) -> torch.Tensor:
+    """``t + s``, with the ids equal to ``pad`` mapped to ``pad_to`` instead (``pad`` None: none are)."""
+    if pad is None or pad_to is None:
+        return t + s if not isinstance(s, int) or s else t
+    return torch.where(t == pad, pad_to, t + s)
+
+
+def shifted_cat(tensors: list, shifts: tuple, pads: tuple | None = None, pad_to: int | None = None) -> torch.Tensor:
+    """``torch.cat([t + s for t, s in zip(tensors, shifts)], 0)``: 1-D ids or offsets, or the 2-D ids of
+    bags of one size (``[B_i, L]`` -> ``[sum B_i, L]``).
+
+    Args:
+        tensors: integer tensors of one dtype and device (ids or offsets), equal sizes past dim 0.
+        shifts: one Python int per tensor, added to each of its elements (0: copied as it is).
+        pads, pad_to: one padding id per tensor (or None): its elements equal to it become ``pad_to``
+            instead of being shifted (the fused embedding bag's one padding row).
+
+    Returns:
+        The concatenation along dim 0 (a new tensor, never an alias), in the inputs' dtype.
+    """
+    pads = pads if pads is not None else (None,) * len(tensors)
+    return torch.cat([_shift(t, s, p, pad_to) for t, s, p in zip(tensors, shifts, pads)], 0)
+
+
+def select_shifted_cat(x: torch.Tensor, dim: int, shifts: tuple, pads: tuple | None = None,
+                       pad_to: int | None = None) -> torch.Tensor:
+    """:func:`shifted_cat` of every select of ``x`` along ``dim``, in order (``x.select(dim, i) + shifts[i]``
+    for ``i < x.shape[dim]``), as one pointwise op over ``x`` (DLRM's ids ``sparse[:, f]``: one kernel,
+    where a cat of many inputs is one copy kernel per input in Inductor).
+
+    Args:
+        x: integer tensor with ``x.shape[dim] == len(shifts)``.
+        dim: the dim the selects index.
+        shifts: one Python int per select.
+        pads, pad_to: as :func:`shifted_cat`.
+
+    Returns:
+        ``[len(shifts) * s0, *rest]`` where ``x.select(dim, i)`` is ``[s0, *rest]``.
+    """
+    y = x.movedim(dim, 0)
+    view = (-1,) + (1,) * (y.dim() - 1)
+    s = torch.tensor(shifts, dtype=x.dtype, device=x.device).view(view)
+    p = None if pads is None else torch.tensor(pads, dtype=x.dtype, device=x.device).view(view)
+    return _shift(y, s, p, pad_to).reshape((-1,) + tuple(y.shape[2:]))
+
+
+def flat_shifted_cat(tensors: list, shifts: tuple) -> torch.Tensor:
+    """:func:`shifted_cat` of every tensor flattened to 1-D (``F.embedding``'s ids of any shape)."""
+    return torch.cat([t.reshape(-1) + s if s else t.reshape(-1) for t, s in zip(tensors, shifts)], 0)
+
+
+def _slot_of(bound: dict, name: str):
+    return slot(bound, name)
+
+
+def _bag_parts(m) -> dict:
+    """The facts of an ``F.embedding_bag`` member that its group key and the builder need, or raise
+    ValueError for a call left alone (module docstring)."""
+    if m.recipe.name != "embedding_bag" or m.op != "Apply":
+        raise ValueError("not an embedding_bag")
+    bound = bind(m.recipe, EMBEDDING_BAG_PARAMS)
+    if bound is None:
+        raise ValueError("unknown spelling")
+    freq = bound.get("scale_grad_by_freq", False)
+    if bound.get("max_norm") is not None or bound.get("sparse", False) is not False or freq is not False:
+        raise ValueError("max_norm, sparse or scale_grad_by_freq")
+    mode = bound.get("mode", "mean")
+    last = bound.get("include_last_offset", False)
+    if mode not in MODES or not isinstance(last, bool):
+        raise ValueError("mode")
+    x, wt = _slot_of(bound, "input"), _slot_of(bound, "weight")
+    off, psw = _slot_of(bound, "offsets"), _slot_of(bound, "per_sample_weights")
+    if x is None or wt is None:
+        raise ValueError("no input or weight")
+    xs, ws = m.in_shapes[x], m.in_shapes[wt]
+    if xs is None or ws is None or len(ws) != 2 or m.shape is None or len(m.shape) != 2:
+        raise ValueError("shapes")
+    if len(xs) == 2 and off is None:
+        form = ("2d", xs[1])
+    elif len(xs) == 1 and off is not None and m.in_shapes[off] is not None and len(m.in_shapes[off]) == 1:
+        form = ("1d", last)
+    else:
+        raise ValueError("input form")
+    if psw is not None and (mode != "sum" or m.in_shapes[psw] != xs):
+        raise ValueError("per_sample_weights")
+    bags = m.shape[0]
+    expect = xs[0] if form[0] == "2d" else m.in_shapes[off][0] - (1 if last else 0)
+    if bags != expect or m.shape[1] != ws[1]:
+        raise ValueError("output shape")
+    pad = bound.get("padding_idx")
+    if pad is not None:
+        if not isinstance(pad, int) or isinstance(pad, bool) or not -ws[0] <= pad < ws[0]:
+            raise ValueError("padding_idx")
+        pad %= ws[0]  # F.embedding_bag's normalization of a negative index
+    return {"x": x, "w": wt, "off": off, "psw": psw, "mode": mode, "form": form, "dim": ws[1], "pad": pad,
+            "freq": freq}
+
+
+def embedding_bag_key(m):
+    """batch_embedding_bag: same embedding dim, mode, input form (2-D with its bag size, or 1-D with
+    offsets and its ``include_last_offset``), per_sample_weights or not, and the dtypes and devices of
+    every input and of the output. Tables may have any number of rows, batches any size."""
+    if m.is_output and not m.eager_contiguous:
+        return None
+    try:
+        p = _bag_parts(m)
+    except ValueError:
+        return None
+    return ("batch_embedding_bag", p["dim"], p["mode"], p["form"], p["off"] is not None, p["psw"] is not None,
+            p["pad"] is not None, p["freq"], p["x"], p["w"], p["off"], p["psw"], m.types)
+
+
+embedding_bag_key.any_strides = True  # see embedding_key
+
+
+def _shifted(w, handles: list, shifts: list, shape, types, flat: bool = False, pads=None, pad_to=None) -> int:
+    fn = flat_shifted_cat if flat else shifted_cat
+    extra = () if pads is None else (tuple(pads), pad_to)
+    recipe = _recipe(fn.__name__, fn, (list(_slots(len(handles))), tuple(shifts)) + extra)
+    t = types  # (dtype, device) of the ids (or offsets)
+    key = w.key(f"{fn.__name__}{tuple(shifts)}{extra}", recipe, ((t,) * len(handles), t))
+    return w.apply(key, handles, shape)
+
+
+def _selects_of_one(w, members, x: int):
+    """``(base class, dim)`` when the members' ids (slot ``x``) are, in the plan, the selects of one tensor
+    along one dim at indices 0, 1, ..., n - 1 with n the size of that dim; else None."""
+    base = None
+    for i, m in enumerate(members):
+        en = w.view.nodes.get(w.choice.get(m.inputs[x]))
+        if en is None or en.op != "Select":
+            return None
+        d, j, n = en.literals[:3]
+        if j != i or n != len(members) or (base is not None and base != (en.children[0], d)):
+            return None
+        base = (en.children[0], d)
+    return base
+
+
+def _shifted_ids(w, members, x: int, starts: list, shape, types, pads=None, pad_to=None) -> int:
+    """The members' ids, each shifted by its table's row start, concatenated along dim 0: one
+    :func:`select_shifted_cat` over their base when they are all the selects of one tensor, else
+    :func:`shifted_cat`."""
+    one = _selects_of_one(w, members, x)
+    if one is None or len(shape) > 2:
+        return _shifted(w, [w.handle(m.inputs[x]) for m in members], starts, shape, types, pads=pads, pad_to=pad_to)
+    base, d = one
+    extra = () if pads is None else (tuple(pads), pad_to)
+    recipe = _recipe("select_shifted_cat", select_shifted_cat, (_slots(1)[0], d, tuple(starts)) + extra)
+    key = w.key(f"select_shifted_cat{d}{tuple(starts)}{extra}", recipe, ((types,), types))
+    return w.apply(key, [w.handle(base)], shape)
+
+
+def build_embedding_bag(w, members) -> None:
+    """One ``F.embedding_bag`` over ``cat(W_i)`` (module docstring); member i is a narrow of its output."""
+    m0 = members[0]
+    p = _bag_parts(m0)
+    x, wt, off, psw, dim = p["x"], p["w"], p["off"], p["psw"], p["dim"]
+    last = p["form"] == ("1d", True)
+    types_in, types_out = m0.types
+    rows = [m.in_shapes[wt][0] for m in members]
+    starts = [sum(rows[:i]) for i in range(len(rows))]
+    W = w.cat([w.handle(m.inputs[wt]) for m in members], 0, (sum(rows), dim))
+    xs = [tuple(m.in_shapes[x]) for m in members]
+    n_ids = sum(s[0] for s in xs)
+    ids_shape = (n_ids,) + xs[0][1:]
+    pads = [_bag_parts(m)["pad"] for m in members] if p["pad"] is not None else None
+    pad_to = starts[0] + pads[0] if pads is not None else None
+    args = [_shifted_ids(w, members, x, starts, ids_shape, types_in[x], pads, pad_to), W]
+    slots = {"input": 0, "weight": 1}
+    if off is not None:
+        lens = [m.in_shapes[off][0] for m in members]
+        before = [sum(s[0] for s in xs[:i]) for i in range(len(xs))]
+        args.append(_shifted(w, [w.handle(m.inputs[off]) for m in members], before, (sum(lens),), types_in[off]))
+        slots["offsets"] = len(args) - 1
+        bags = lens  # with include_last_offset, one extra bag per table (dropped below)
+    else:
+        bags = [s[0] for s in xs]
+    if psw is not None:
+        args.append(w.cat([w.handle(m.inputs[psw]) for m in members], 0, ids_shape))
+        slots["per_sample_weights"] = len(args) - 1
+    marker = _slots(len(args))
+    kwargs = {"offsets": marker[slots["offsets"]] if "offsets" in slots else None, "mode": p["mode"],
+              "per_sample_weights": marker[slots["per_sample_weights"]] if "per_sample_weights" in slots else None,
+              "include_last_offset": False, "padding_idx": pad_to}
+    recipe = _recipe("embedding_bag", F.embedding_bag, marker[:2], kwargs)
+    arg_types = tuple(types_in[i] for i in [x, wt] + ([off] if off is not None else []) + ([psw] if psw is not None else []))
+    key = w.key(f"batch_embedding_bag:{p['mode']}:{sorted(slots)}:{pad_to}", recipe, (arg_types, types_out))
+    total = sum(bags)
+    Y = w.apply(key, args, (total, dim))
+    start = 0
+    for m, b in zip(members, bags):
+        own = b - 1 if last else b
+        w.union(m, w.narrow(Y, 0, start, own, total, (own, dim)))
+        start += b
+
+
+# -- F.embedding ---------------------------------------------------------------------------------------
+
+def _embedding_parts(m) -> tuple[int, int, int, bool]:
+    """``(ids slot, weight slot, dim, scale_grad_by_freq)`` of an ``F.embedding`` member, or raise ValueError."""
+    if m.recipe.name != "embedding" or m.op != "Apply":
+        raise ValueError("not an embedding")
+    bound = bind(m.recipe, EMBEDDING_PARAMS)
+    if bound is None:
+        raise ValueError("unknown spelling")
+    freq = bound.get("scale_grad_by_freq", False)
+    if bound.get("max_norm") is not None or bound.get("sparse", False) is not False \
+            or not isinstance(freq, bool) or bound.get("padding_idx") is not None:
+        raise ValueError("max_norm, sparse or padding_idx")
+    x, wt = _slot_of(bound, "input"), _slot_of(bound, "weight")
+    if x is None or wt is None:
+        raise ValueError("no input or weight")
+    xs, ws = m.in_shapes[x], m.in_shapes[wt]
+    if xs is None or ws is None or len(ws) != 2 or m.shape != tuple(xs) + (ws[1],):
+        raise ValueError("shapes")
+    return x, wt, ws[1], freq
+
+
+def embedding_key(m):
+    """batch_embedding: same embedding dim and the dtypes and devices of ids, weight and output; ids of
+    any shape, tables of any number of rows."""
+    if m.is_output and not m.eager_contiguous:
+        return None
+    try:
+        x, wt, dim, freq = _embedding_parts(m)
+    except ValueError:
+        return None
+    return ("batch_embedding", dim, freq, x, wt, m.types)
+
+
+# A lookup's value is a new contiguous tensor in eager, and so is each member's row slice of the fused
+# output: where the member's e-class holds a non-contiguous FX node too (DLRM's KeyedTensor: the bag is
+# equal to its column slice of the pooled cat, by split_of_cat_pass), the plan already reads the bag, with
+# the bag's strides. Graph outputs of such classes are still left alone.
+embedding_key.any_strides = True
+
+
+def build_embedding(w, members) -> None:
+    """``Y = F.embedding(flat_shifted_cat(ids_i, +S_i), cat(W_i))``; member i is
+    ``Y[n_i : n_i + numel(ids_i)].reshape(*ids_i.shape, D)`` (a view: rows of a contiguous Y)."""
+    m0 = members[0]
+    x, wt, dim, freq = _embedding_parts(m0)
+    types_in, types_out = m0.types
+    rows = [m.in_shapes[wt][0] for m in members]
+    starts = [sum(rows[:i]) for i in range(len(rows))]
+    W = w.cat([w.handle(m.inputs[wt]) for m in members], 0, (sum(rows), dim))
+    counts = []
+    for m in members:
+        c = 1
+        for s in m.in_shapes[x]:
+            c *= s
+        counts.append(c)
+    total = sum(counts)
+    ids = _shifted(w, [w.handle(m.inputs[x]) for m in members], starts, (total,), types_in[x], flat=True)
+    recipe = _recipe("embedding", F.embedding, (_slots(2)), {"scale_grad_by_freq": True} if freq else {})
+    key = w.key(f"batch_embedding:{freq}", recipe, ((types_in[x], types_in[wt]), types_out))
+    Y = w.apply(key, [ids, W], (total, dim))
+    start = 0
+    for m, c in zip(members, counts):
+        shape = tuple(m.in_shapes[x]) + (dim,)
+        y = w.narrow(Y, 0, start, c, total, (c, dim))
+        if shape != (c, dim):
+            y = w.reshape(y, shape)
+        w.union(m, y)
+        start += c
+
+
+batch_embedding_bag = HorizontalPattern(
+    name="batch_embedding_bag",
+    levels=("pre_grad",),
+    doc="""Independent embedding bags of one embedding dim, mode, input form, dtype and device become one
+    embedding bag over the row-wise cat of their tables (ids offset by each table's row start).
+
+    y_i = F.embedding_bag(ids_i, W_i, offsets_i, mode=m, per_sample_weights=p_i)
+        =>  Y = F.embedding_bag(cat(ids_i + S_i), cat(W_i), cat(offsets_i + N_i), mode=m,
+                                per_sample_weights=cat(p_i)); y_i = Y[b_i : b_i + B_i]
+    (2-D ids [B_i, L] without offsets: cat along dim 0; with padding_idx p_i, ids equal to p_i map to the
+    one padding row S_0 + p_0; max_norm, sparse and scale_grad_by_freq are left alone)
+    """,
+    group_key=embedding_bag_key,
+    build=build_embedding_bag,
+)
+
+batch_embedding = HorizontalPattern(
+    name="batch_embedding",
+    levels=("pre_grad",),
+    doc="""Independent embedding lookups of one embedding dim, dtype and device become one lookup into the
+    row-wise cat of their tables.
+
+    y_i = F.embedding(ids_i, W_i)        (W_i: [R_i, D], ids_i of any shape)
+        =>  Y = F.embedding(cat(ids_i.flatten() + S_i), cat(W_i)); y_i = Y[n_i : n_i + ids_i.numel()].view(*ids_i.shape, D)
+    (max_norm, sparse and padding_idx are left alone)
+    """,
+    group_key=embedding_key,
+    build=build_embedding,
+)
+
+PATTERNS = (batch_embedding_bag, batch_embedding)

@@ -1,0 +1,337 @@
+"""batch_embedding_bag / batch_embedding (src/optimus_eq/horizontal/embedding.py): embedding lookups into
+tables of one dim become one lookup into the row-wise cat of the tables.
+
+Differential tests against eager (conftest.check: values, strides, aliasing, and the gradients of every
+floating input, which here are the tables) on random tables and ids with repeats, empty bags, ids past a
+final offset, every mode, per_sample_weights, several dtypes, both strategies; structural tests that the
+pattern fires (one lookup left) or leaves alone what it must; and a training loop whose optimizer updates
+the tables in place, read fresh by the fused graph on the next call.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import optimus_eq
+import oracle
+from conftest import STRATEGIES, check, dynamo_graph
+
+#: smaller groups than upstream's default of 5, so that tests stay small
+SMALL = {"batch_embedding_bag": {"min_fuse_set_size": 2}, "batch_embedding": {"min_fuse_set_size": 2}}
+
+
+def lookups(gm, fn) -> int:
+    return sum(1 for n in gm.graph.nodes if n.op == "call_function" and n.target is fn)
+
+
+def tables(rows, dim, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(r, dim, generator=g).to(dtype) for r in rows]
+
+
+def ids2d(rows, batch, bag, seed=1, dtype=torch.int64):
+    """2-D ids [batch, bag] per table, with repeats (few distinct rows)."""
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, min(r, 3), (batch, bag), generator=g).to(dtype) for r in rows]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_bags_2d_ids(strategy, mode):
+    rows = [7, 11, 5, 9]
+    ws, xs = tables(rows, 4), ids2d(rows, 3, 5)
+
+    def f(*args):
+        n = len(args) // 2
+        return [F.embedding_bag(x, w, mode=mode) for x, w in zip(args[:n], args[n:])]
+
+    c = check(f, [*xs, *ws], strategy, pattern_options=SMALL)
+    assert c.report.patterns_fired["batch_embedding_bag"] >= 1, dict(c.report.patterns_fired)
+    assert lookups(c.gm2, F.embedding_bag) == 1, c.gm2.code
+
+
+def offsets_case(seed, last: bool):
+    """Per table: 1-D ids of its own length, offsets with empty bags (repeated offsets) and, with
+    ``include_last_offset``, the final offset at the ids' end. (A final offset short of the end is not a
+    valid input: the docs require it to equal the number of ids, and eager CPU then disagrees with itself,
+    a float32 mean summing two ids and dividing by three, float64 averaging three.)"""
+    g = torch.Generator().manual_seed(seed)
+    rows = [6, 13, 4, 8, 10]
+    xs, offs = [], []
+    for i, r in enumerate(rows):
+        n = 3 + 2 * i
+        xs.append(torch.randint(0, r, (n,), generator=g))
+        cuts = sorted(torch.randint(0, n + 1, (3,), generator=g).tolist())
+        off = [0, cuts[0], cuts[0], cuts[1]]               # bag 1 empty
+        if last:
+            off.append(n)
+        offs.append(torch.tensor(off))
+    return rows, xs, offs
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("mode,last,psw", [("sum", False, False), ("mean", True, False), ("max", False, False),
+                                           ("max", True, False), ("sum", True, True), ("sum", False, True)])
+def test_bags_1d_ids_with_offsets(strategy, mode, last, psw):
+    rows, xs, offs = offsets_case(3, last)
+    ws = tables(rows, 3, seed=4)
+    g = torch.Generator().manual_seed(5)
+    ps = [torch.randn(x.shape, generator=g) for x in xs] if psw else []
+    n = len(rows)
+
+    def f(*args):
+        x, o, w, p = args[:n], args[n:2 * n], args[2 * n:3 * n], args[3 * n:]
+        return [F.embedding_bag(x[i], w[i], o[i], mode=mode, include_last_offset=last,
+                                per_sample_weights=p[i] if p else None) for i in range(n)]
+
+    c = check(f, [*xs, *offs, *ws, *ps], strategy, pattern_options=SMALL)
+    # eqsat prices the fused form with per_sample_weights at 5 kernels (cats of the tables, of the shifted
+    # ids, of the shifted offsets and of the weights, then one lookup): as many as the 5 lookups of this
+    # inference graph, and more bytes, so it keeps them; without per_sample_weights it is 4 kernels
+    expected = 5 if strategy == "eqsat" and psw else 1
+    assert lookups(c.gm2, F.embedding_bag) == expected, c.gm2.code
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("wdtype,idtype", [(torch.bfloat16, torch.int64), (torch.float16, torch.int32),
+                                           (torch.float32, torch.int32)])
+def test_bags_dtypes(strategy, wdtype, idtype):
+    rows = [5, 8, 6]
+    ws, xs = tables(rows, 4, wdtype, seed=7), ids2d(rows, 4, 3, seed=8, dtype=idtype)
+
+    def f(x0, x1, x2, w0, w1, w2):
+        return torch.cat([F.embedding_bag(x0, w0, mode="sum"), F.embedding_bag(x1, w1, mode="sum"),
+                          F.embedding_bag(x2, w2, mode="sum")], 1)
+
+    c = check(f, [*xs, *ws], strategy, pattern_options=SMALL)
+    assert lookups(c.gm2, F.embedding_bag) == 1, c.gm2.code
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_groups_split_by_dim_mode_and_dtype(strategy):
+    """Tables of another dim, mode or dtype are never in one lookup: three groups of four (sum, mean, sum
+    in float64) and one table of another dim alone. (Groups of four: eqsat prices a 2-D group at three
+    kernels, the cat of the tables, the shifted ids and the lookup, so it keeps groups of two or three.)"""
+    w = tables([5, 6, 7, 8] * 2, 4) + tables([9], 3) + tables([5, 6, 7, 8], 4, torch.float64, seed=2)
+    x = ids2d([5] * 13, 2, 3)
+    modes = ["sum"] * 4 + ["mean"] * 4 + ["sum"] * 5
+
+    def f(*a):
+        return [F.embedding_bag(x, w, mode=m) for x, w, m in zip(a[:13], a[13:], modes)]
+
+    c = check(f, [*x, *w], strategy, pattern_options=SMALL)
+    assert c.report.patterns_fired["batch_embedding_bag"] == 3, dict(c.report.patterns_fired)
+    assert lookups(c.gm2, F.embedding_bag) == 4, c.gm2.code
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("two_d", [True, False])
+def test_bags_with_padding_idx(strategy, mode, two_d):
+    """Each table's own padding row (one negative) is left out of its bags and gets no gradient; the fused
+    call's one padding row is table 0's, and ids equal to a table's padding_idx are mapped to it. Ids hit
+    the padding rows often; one table has no padding id in its ids at all."""
+    rows, pads = [6, 5, 7, 4, 8], [0, 2, -1, 3, 5]
+    ws = tables(rows, 3, seed=11)
+    g = torch.Generator().manual_seed(12)
+    xs = [torch.randint(0, 4, (3, 2) if two_d else (7,), generator=g) for _ in rows]
+    xs[4] = xs[4].clamp(max=4)  # never its padding row 5
+    offs = [torch.tensor([0, 2, 2, 5]) for _ in rows]
+    n = len(rows)
+
+    def f(*a):
+        x, w, o = a[:n], a[n:2 * n], (a[2 * n:] if not two_d else [None] * n)
+        return [F.embedding_bag(x[i], w[i], o[i], mode=mode, padding_idx=pads[i]) for i in range(n)]
+
+    c = check(f, [*xs, *ws] + ([] if two_d else offs), strategy, pattern_options=SMALL)
+    assert lookups(c.gm2, F.embedding_bag) == 1, c.gm2.code
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_scale_grad_by_freq(strategy):
+    """F.embedding's scale_grad_by_freq divides a row's gradient by its count in the call's ids; the
+    tables' rows are disjoint in the fused table, so the counts (and gradients) are each table's own.
+    Tables with and without it are two groups. Bags with it are left alone (see embedding.py)."""
+    w = tables([5, 6, 7, 8] * 2, 4, seed=41)
+    x = ids2d([3] * 8, 3, 4, seed=42)  # ids in 0..2: many repeats
+
+    def f(*a):
+        return [F.embedding_bag(x, w, mode="mean", scale_grad_by_freq=True) for x, w in zip(a[:8], a[8:])]
+
+    def g(*a):
+        return [F.embedding(x, w, scale_grad_by_freq=i < 4) for i, (x, w) in enumerate(zip(a[:8], a[8:]))]
+
+    c = check(f, [*x, *w], strategy, pattern_options=SMALL)
+    assert lookups(c.gm2, F.embedding_bag) == 8, c.gm2.code
+    c = check(g, [*x, *w], strategy, pattern_options=SMALL)
+    assert lookups(c.gm2, F.embedding) == 2, c.gm2.code
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_left_alone(strategy):
+    """sparse=True is not fused, nor F.embedding with a padding_idx (its padding row is read); max_norm
+    (which renormalizes the table in place) stays exactly as it is, the tables after the call equal
+    eager's."""
+    w = tables([5, 6, 7, 8], 4)
+    x = ids2d([4] * 4, 2, 3)
+
+    def f(x0, x1, x2, x3, w0, w1, w2, w3):
+        return [F.embedding_bag(x0, w0, mode="sum", sparse=True), F.embedding_bag(x1, w1, mode="sum", sparse=True),
+                F.embedding(x2, w2, padding_idx=1), F.embedding(x3, w3, padding_idx=1)]
+
+    c = check(f, [*x, *w], strategy, pattern_options=SMALL, grad=False)
+    assert c.report.patterns_fired["batch_embedding_bag"] == 0
+    assert c.report.patterns_fired["batch_embedding"] == 0
+    assert lookups(c.gm2, F.embedding_bag) == 2
+
+    def g(x0, x1, w0, w1):
+        return [F.embedding_bag(x0, w0, mode="sum", max_norm=0.5), F.embedding_bag(x1, w1, mode="sum", max_norm=0.5)]
+
+    c = check(g, [*x[:2], *w[:2]], strategy, pattern_options=SMALL, grad=False)
+    assert c.report.patterns_fired["batch_embedding_bag"] == 0
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_embedding_grouped_by_dim(strategy):
+    """F.embedding with ids of several shapes (1-D, 2-D, 3-D), repeats; two dims: two lookups (groups of
+    four, which eqsat finds worth their three kernels)."""
+    ws = tables([7, 4, 9, 5], 5) + tables([6, 3, 4, 8], 2, seed=3)
+    g = torch.Generator().manual_seed(9)
+    shapes = [(4,), (2, 3), (2, 2, 2), (1,), (5,), (3, 1), (2, 2), (6,)]
+    xs = [torch.randint(0, min(w.shape[0], 3), s, generator=g) for w, s in zip(ws, shapes)]
+
+    def f(*a):
+        return [F.embedding(x, w) for x, w in zip(a[:8], a[8:])]
+
+    c = check(f, [*xs, *ws], strategy, pattern_options=SMALL)
+    assert c.report.patterns_fired["batch_embedding"] == 2, dict(c.report.patterns_fired)
+    assert lookups(c.gm2, F.embedding) == 2, c.gm2.code
+
+
+class Bags(nn.Module):
+    """nn.EmbeddingBag per sparse feature, as DLRM: dynamo gives each table as a parameter placeholder."""
+
+    def __init__(self, n=6, rows=20, dim=4, padding=False) -> None:
+        super().__init__()
+        self.bags = nn.ModuleList(nn.EmbeddingBag(rows + i, dim, mode="sum", padding_idx=i if padding else None)
+                                  for i in range(n))
+
+    def forward(self, x):
+        return torch.cat([b(x[:, i]) for i, b in enumerate(self.bags)], 1).square().sum(1)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("padding", [False, True])
+def test_module_bags_fire_with_default_sizes(strategy, padding):
+    """Six nn.EmbeddingBag modules (upstream's default min_fuse_set_size is 5) reading ``x[:, f]`` (one
+    select_shifted_cat for their ids): one lookup left, the tables' gradients equal eager's; with
+    padding_idx f for table f, the ids hit the padding rows."""
+    torch.manual_seed(0)
+    m = Bags(padding=padding)
+    x = torch.randint(0, 8, (5, 6, 3))
+    gm, ex = dynamo_graph(m, x)
+    gm2, report = optimus_eq.optimize(gm, ex, strategy=strategy)
+    assert report.fallback is None
+    assert report.patterns_fired["batch_embedding_bag"] == 1, dict(report.patterns_fired)
+    assert lookups(gm2, F.embedding_bag) == 1, gm2.code
+    assert "select_shifted_cat" in gm2.code
+    params = [p for p in ex if isinstance(p, nn.Parameter)]
+    assert len(params) == 6
+    wsum = torch.randn(5)
+    ref64 = oracle.float64_reference(gm, ex).grads(lambda ys: (ys[0] * wsum.double()).sum(), params)
+    expected = torch.autograd.grad((gm(*ex)[0] * wsum).sum(), params)
+    actual = torch.autograd.grad((gm2(*ex)[0] * wsum).sum(), params)
+    for a, e, r in zip(actual, expected, ref64):
+        oracle.assert_values(a, e, r, "table gradient", grad=True)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_training_reads_weights_after_optimizer_step(strategy):
+    """A training loop through torch.compile (the optimized graph run without Inductor): after each SGD
+    step, which updates the tables in place, the next call must read the new weights (the cat of the
+    tables is recomputed in the graph), so losses and weights track eager's step by step."""
+    torch.manual_seed(0)
+    eager, ours = Bags(), Bags()
+    ours.load_state_dict(eager.state_dict())
+    compiled = torch.compile(ours, backend=optimus_eq.backend(strategy=strategy, compile=False), fullgraph=True)
+    opt_e = torch.optim.SGD(eager.parameters(), lr=0.5)
+    opt_o = torch.optim.SGD(ours.parameters(), lr=0.5)
+    g = torch.Generator().manual_seed(3)
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    for step in range(4):
+        x = torch.randint(0, 20, (5, 6, 3), generator=g)
+        for model, opt in ((eager, opt_e), (compiled, opt_o)):
+            opt.zero_grad(set_to_none=True)
+            loss = model(x).sum()
+            loss.backward()
+            opt.step()
+            if model is eager:
+                le = loss.detach()
+            else:
+                lo = loss.detach()
+        torch.testing.assert_close(lo, le, rtol=1e-5, atol=1e-5, msg=f"loss at step {step}")
+        for pe, po in zip(eager.parameters(), ours.parameters()):
+            torch.testing.assert_close(po, pe, rtol=1e-5, atol=1e-6, msg=f"weights after step {step}")
+    assert counters["optimus_eq"]["batch_embedding_bag"] >= 1, dict(counters["optimus_eq"])
+
+
+@pytest.mark.parametrize("execution", ["launch", "cudagraph"])
+def test_eqsat_weighs_the_copy_of_a_huge_table(execution):
+    """Four 2-D lookups, one into a table of 100k x 64 (25.6 MB): the fused form copies every table on
+    every call. Priced per kernel as Inductor runs without CUDA graphs (23.3 us a kernel, 4 TB/s: the copy
+    is 12.8 us), one lookup pays; inside a CUDA graph (2.3 us a kernel) the copy outweighs the launches
+    saved and eqsat keeps the four lookups. Greedy, which does not weigh costs, fuses either way."""
+    from optimus_eq.cost import GPUCostModel
+
+    ws = tables([100_000, 5, 6, 7], 64, seed=21)
+    xs = ids2d([5, 5, 6, 7], 3, 2, seed=22)
+
+    def f(x0, x1, x2, x3, w0, w1, w2, w3):
+        ys = [F.embedding_bag(x, w, mode="sum") for x, w in zip((x0, x1, x2, x3), (w0, w1, w2, w3))]
+        return torch.cat(ys, 1)
+
+    model = GPUCostModel() if execution == "launch" else GPUCostModel.cudagraph()
+    c = check(f, [*xs, *ws], "eqsat", pattern_options=SMALL, grad=False, cost_model=model)
+    assert c.report.patterns_fired["batch_embedding_bag"] == 1  # the alternative was offered either way
+    assert lookups(c.gm2, F.embedding_bag) == (1 if execution == "launch" else 4), c.gm2.code
+    c = check(f, [*xs, *ws], "greedy", pattern_options=SMALL, grad=False, cost_model=model)
+    assert lookups(c.gm2, F.embedding_bag) == 1, c.gm2.code
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("order", ["in order", "reversed", "a subset"])
+def test_ids_as_selects_of_one_tensor(strategy, order):
+    """Ids ``x[:, f]`` of one tensor: read in order (all of x's dim 1), the shift is one
+    select_shifted_cat over x; reversed or a subset, a shifted_cat of the selects. Exact either way."""
+    n = 5
+    ws = tables([4, 6, 5, 7, 3, 8], 3, seed=31)
+    x = torch.randint(0, 3, (4, n if order != "a subset" else n + 1, 2), generator=torch.Generator().manual_seed(32))
+    cols = {"in order": range(n), "reversed": reversed(range(n)), "a subset": range(n)}[order]
+    cols = list(cols)
+
+    def f(x, w0, w1, w2, w3, w4):
+        return torch.cat([F.embedding_bag(x[:, c], w, mode="mean") for c, w in zip(cols, (w0, w1, w2, w3, w4))], 1)
+
+    c = check(f, [x, *ws[:n]], strategy, pattern_options=SMALL)
+    assert lookups(c.gm2, F.embedding_bag) == 1, c.gm2.code
+    assert ("select_shifted_cat" in c.gm2.code) == (order == "in order"), c.gm2.code
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_table_read_twice(strategy):
+    """One table looked up by two members (shared embeddings): it is in the cat twice, and its gradient is
+    the sum of both slices' gradients, as eager's."""
+    w = tables([5, 6, 7], 3, seed=51)
+    x = ids2d([5, 5, 6, 7], 2, 3, seed=52)
+
+    def f(x0, x1, x2, x3, w0, w1, w2):
+        return torch.cat([F.embedding_bag(x0, w0, mode="sum"), F.embedding_bag(x1, w0, mode="sum"),
+                          F.embedding_bag(x2, w1, mode="sum"), F.embedding_bag(x3, w2, mode="sum")], 1)
+
+    c = check(f, [*x, *w], strategy, pattern_options=SMALL)
+    assert lookups(c.gm2, F.embedding_bag) == 1, c.gm2.code
