@@ -9,6 +9,7 @@ import inspect
 import operator
 
 import torch
+import torch.nn.functional as F
 from torch.fx import Node
 
 _INPLACE_OPERATORS = frozenset(
