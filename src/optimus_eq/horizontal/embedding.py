@@ -59,6 +59,7 @@ from optimus_eq.horizontal.recipes import bind, slot
 from optimus_eq.horizontal.recipes import recipe as _recipe
 from optimus_eq.horizontal.recipes import slots as _slots
 from optimus_eq.registry import HorizontalPattern
+from optimus_eq.symbolic import is_static
 
 EMBEDDING_BAG_PARAMS = ("input", "weight", "offsets", "max_norm", "norm_type", "scale_grad_by_freq", "mode",
                         "sparse", "per_sample_weights", "include_last_offset", "padding_idx")
@@ -121,11 +122,19 @@ def _slot_of(bound: dict, name: str):
     return slot(bound, name)
 
 
+def _require_static(m) -> None:
+    """ValueError when a size of the member's inputs or output is symbolic (:mod:`optimus_eq.symbolic`):
+    the builders add row and bag counts, which would be symbolic sums; such lookups are left alone."""
+    if any(s is not None and not is_static(s) for s in (m.shape, *m.in_shapes)):
+        raise ValueError("symbolic sizes")
+
+
 def _bag_parts(m) -> dict:
     """The facts of an ``F.embedding_bag`` member that its group key and the builder need, or raise
     ValueError for a call left alone (module docstring)."""
     if m.recipe.name != "embedding_bag" or m.op != "Apply":
         raise ValueError("not an embedding_bag")
+    _require_static(m)
     bound = bind(m.recipe, EMBEDDING_BAG_PARAMS)
     if bound is None:
         raise ValueError("unknown spelling")
@@ -269,6 +278,7 @@ def _embedding_parts(m) -> tuple[int, int, int, bool]:
     """``(ids slot, weight slot, dim, scale_grad_by_freq)`` of an ``F.embedding`` member, or raise ValueError."""
     if m.recipe.name != "embedding" or m.op != "Apply":
         raise ValueError("not an embedding")
+    _require_static(m)
     bound = bind(m.recipe, EMBEDDING_PARAMS)
     if bound is None:
         raise ValueError("unknown spelling")
