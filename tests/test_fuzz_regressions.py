@@ -545,3 +545,19 @@ def test_restrided_output_that_overlaps_another_falls_back(strategy):
 
     got = run_program(f, make_inputs, [strategy])[strategy]
     assert got.kind in ("ok", "fallback"), got
+
+
+def test_post_grad_view_of_a_cast_of_an_input_does_not_require_grad():
+    """Seed 401433 (H200 fuzz, merged code): ``stack([x1.expand(3).to(bf16)], 1).detach()``. The kept
+    ``prims.convert_element_type`` of a view of the input requires grad under no_grad (the quirk of the
+    seed 108373 test); eager's graph cloned it (the stack), ours made the stack a view of it, so the output
+    required grad. A kept cast of an input or of a view of one is now emitted as ``aten._to_copy``."""
+
+    def f(x0, x1):
+        return (torch.stack([x1.expand(3).to(torch.bfloat16)], 1).detach(), x0.relu())
+
+    def make_inputs():
+        x0, x1 = rand(3, 8, seed=6).half().requires_grad_(), rand(1, seed=7).half().requires_grad_()
+        return [x0, x1], [x0, x1]
+
+    _post_grad_ok(f, make_inputs)

