@@ -36,6 +36,8 @@ class Report:
             is every read and extraction of the e-graph, the horizontal rounds' plans included (they run
             inside the search; ``search`` is the rest of it: rules, group analysis, insertion);
             ``horizontal`` is the part of ``search`` spent in horizontal rounds (group analysis, insertion).
+        cpu_times: the same phases in CPU seconds of the optimizing process (``time.process_time``: steadier
+            than ``times`` when other jobs share the cores; threads of egglog and HiGHS included).
         cost_model: the cost model the search and extraction used (:meth:`GPUCostModel.describe`: execution
             mode ``launch`` or ``cudagraph``, constants, and ``training`` when the backward was priced).
         training: whether the graph will be differentiated and its backward was priced.
@@ -63,6 +65,7 @@ class Report:
     cost_before: float | None = None
     cost_after: float | None = None
     times: dict = field(default_factory=dict)
+    cpu_times: dict = field(default_factory=dict)
     cost_model: str | None = None
     training: bool = False
     fallback: str | None = None
