@@ -151,7 +151,7 @@ def _first_tensor(out):
 
 
 def run_case(size: int | str, strategy: str, repeats: int = 1, warmup: bool = True,
-             pattern_set: str = "default") -> dict:
+             pattern_set: str = "default", seconds: float | None = None) -> dict:
     """Build one graph (``size`` FX nodes of the synthetic graph, or a named graph), optimize it with one
     strategy and pattern set (fastest of ``repeats``) and return a flat record."""
     import torch
@@ -160,6 +160,9 @@ def run_case(size: int | str, strategy: str, repeats: int = 1, warmup: bool = Tr
 
     torch.manual_seed(0)
     patterns = pattern_names(pattern_set)
+    from optimus_eq.egraph import Limits
+
+    limits = Limits(seconds=seconds) if seconds is not None else None
     if isinstance(size, str) and ":" in size:
         family, n = size.split(":")
         gm, inputs, meta = family_graph(family, int(n))
@@ -183,7 +186,7 @@ def run_case(size: int | str, strategy: str, repeats: int = 1, warmup: bool = Tr
         c0 = time.process_time()
         t0 = time.perf_counter()
         try:
-            gm2, rep = optimus_eq.optimize(gm, inputs, strategy=strategy, patterns=patterns)
+            gm2, rep = optimus_eq.optimize(gm, inputs, strategy=strategy, patterns=patterns, limits=limits)
         except Exception as e:  # record and keep the sweep going
             rec.update(wall_s=time.perf_counter() - t0, error=f"{type(e).__name__}: {e}"[:500])
             return rec
@@ -219,17 +222,21 @@ def run_case(size: int | str, strategy: str, repeats: int = 1, warmup: bool = Tr
     return rec
 
 
-def _child(size: int | str, strategy: str, repeats: int, warmup: bool, pattern_set: str) -> None:
-    rec = run_case(size, strategy, repeats, warmup, pattern_set)
+def _child(size: int | str, strategy: str, repeats: int, warmup: bool, pattern_set: str,
+           seconds: float | None = None) -> None:
+    rec = run_case(size, strategy, repeats, warmup, pattern_set, seconds)
+    rec["limits_seconds"] = seconds
     rec["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(MARK + json.dumps(rec), flush=True)
 
 
 def spawn(size: int | str, strategy: str, timeout: float, repeats: int = 1, warmup: bool = True,
-          pattern_set: str = "default") -> dict:
+          pattern_set: str = "default", seconds: float | None = None) -> dict:
     """Run one case in a child python; returns its record or an error record."""
     cmd = [sys.executable, __file__, "--one", str(size), strategy, "--repeats", str(repeats),
            "--pattern-sets", pattern_set]
+    if seconds is not None:
+        cmd += ["--seconds", str(seconds)]
     if not warmup:
         cmd.append("--cold")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
@@ -340,11 +347,15 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="optimizations per case; the fastest is reported")
     ap.add_argument("--cold", action="store_true",
                     help="no warm-up: the timed optimization is the process's first (imports, rule program)")
+    ap.add_argument("--seconds", type=float, default=None,
+                    help="Limits.seconds of every optimize call (default: optimize's, 30 s of wall time: on a "
+                         "loaded machine that limit, not the work, can decide the plan; give more to measure "
+                         "the work)")
     ap.add_argument("--one", nargs=2, metavar=("SIZE", "STRATEGY"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
         size = int(args.one[0]) if args.one[0].isdigit() else args.one[0]
-        return _child(size, args.one[1], args.repeats, not args.cold, args.pattern_sets[0])
+        return _child(size, args.one[1], args.repeats, not args.cold, args.pattern_sets[0], args.seconds)
 
     from tqdm import tqdm
 
@@ -354,7 +365,7 @@ def main() -> None:
     bar = tqdm(cases, unit="case")
     for size, strat, ps in bar:
         bar.set_description(f"{size} nodes / {strat} / {ps}")
-        records.append(spawn(size, strat, args.timeout, args.repeats, not args.cold, ps))
+        records.append(spawn(size, strat, args.timeout, args.repeats, not args.cold, ps, args.seconds))
         r = records[-1]
         bar.write(f"{size!s:>6} {strat:<7} {ps:<9} wall={_fmt(r.get('wall_s'), 2)}s out={_fmt(r.get('nodes_out'))} "
                   f"allclose={_fmt(r.get('allclose'))} {r.get('error') or r.get('fallback') or ''}")

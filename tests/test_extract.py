@@ -311,15 +311,24 @@ def test_local_search_plans_are_valid(seed):
     if opt is None:
         return
     tree = check_plan(g, g.extract("tree"))
-    # every component is over ilp_max_nodes=1: no ILP at all, the tree plan improved by _refine
+    # every component is over ilp_max_nodes=1: no ILP at all, the tree plan improved by _refine; where
+    # the fast plan meets every component's lower bound it is proven optimal ("ilp") with no solver
+    def proven(ex) -> bool:
+        st = ex.stats
+        return ex.method == "ilp" and st["exact_components"] == 0 and st["bound_closed"] == st["components"]
+
     ex = g.extract("auto", ilp_max_nodes=1)
-    assert ex.method in ("tree", "tree+refine")
+    assert ex.method in ("tree", "tree+refine") or proven(ex), (ex.method, ex.note)
     assert opt - 1e-9 <= check_plan(g, ex) <= tree + 1e-9
-    assert ex.method == "tree" or "ilp components over 1 e-nodes" in ex.note
+    assert ex.method in ("tree", "ilp") or "ilp components over 1 e-nodes" in ex.note
+    if proven(ex):
+        assert check_plan(g, ex) == pytest.approx(opt, abs=1e-9)
     # an ILP with no time left fails, and the same local search takes over
     ex = g.extract("ilp", seconds=0.0)
-    assert ex.method in ("tree", "tree+refine")
+    assert ex.method in ("tree", "tree+refine") or proven(ex), (ex.method, ex.note)
     assert opt - 1e-9 <= check_plan(g, ex) <= tree + 1e-9
+    if proven(ex):
+        assert check_plan(g, ex) == pytest.approx(opt, abs=1e-9)
 
 
 @pytest.mark.parametrize("k", [2, 3, 5])
