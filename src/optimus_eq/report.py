@@ -22,7 +22,8 @@ class Report:
         stop_reason: ``"saturated"``, ``"iteration_limit"``, ``"node_limit"`` or ``"time_limit"``.
         extractor: how the final plan was found (:attr:`optimus_eq.extract.Extraction.method`: ``"tree"``,
             ``"tree+refine"`` (the fast plan: tree plan and local search), ``"ilp"`` (every component of the
-            choice core solved exactly), or the fast method plus ``"+ilp"``), with ``extract_note`` for
+            choice core proven optimal: solved by HiGHS, or the fast plan meets its lower bound), or the fast
+            method plus ``"+ilp"``), with ``extract_note`` for
             people and ``extraction`` as data.
         extraction: the final extraction's ``stats`` (:class:`optimus_eq.extract.Extraction`): tree, fast and
             final cost, choice classes, components, those solved exactly, their sizes and gaps.
@@ -103,6 +104,8 @@ class Report:
                 line += f", final {x.get('cost', 0):.1f} us"
                 if x.get("exact_components"):
                     line += f"; exact: {x['exact_components']} components, {x.get('exact_optimal', 0)} proven optimal"
+                if x.get("bound_closed"):
+                    line += f"; {x['bound_closed']} components proven optimal by the lower bound (no solver)"
                 lines.append(line)
             for what in self.limits:
                 lines.append(f"  limit: {what}")
