@@ -53,7 +53,8 @@ def extract(view: EGraphView, roots: list, forced_nodes: set, model: GPUCostMode
             choice core exactly, each with the whole remaining budget) or ``"auto"`` (the fast plan, then
             components up to ``ilp_max_nodes`` e-nodes exactly, each with a budget that grows with its
             size); see the module docstring of :mod:`optimus_eq.extract`.
-        seconds: time budget of the exact solver (all components together), seconds.
+        seconds: time budget of the exact solver (all components together), seconds; the local search
+            gets the same budget (at least ``REFINE_MIN_S``), wall-clock.
         ilp_max_nodes: ``"auto"`` leaves a component of the choice core with more e-nodes than this to the
             fast plan.
         max_rounds: ILP solves per batch of components (each adds cuts for the cycles of the last plan).
