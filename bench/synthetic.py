@@ -147,6 +147,70 @@ def make_tangle_graph(num_fields: int, rounds: int, dim: int = 4, batch: int = 8
     return gm, inputs
 
 
+def tangle_of_size(target_nodes: int) -> tuple[int, int]:
+    """``(fields, rounds)`` of a split/cat tangle with about ``target_nodes`` FX nodes: 64 fields up to 2k
+    nodes, 128 up to 8k, then 512 (the 20k tangle of issue 9 is 512 x 8), rounds to fill the size."""
+    n = 64 if target_nodes <= 2_000 else 128 if target_nodes <= 8_000 else 512
+    base = len(build_tangle_fx_graph(n, 0).nodes)
+    per = len(build_tangle_fx_graph(n, 1).nodes) - base
+    return n, max(1, round((target_nodes - base) / per))
+
+
+def build_branches_fx_graph(branches: int, layers: int, dim: int = 8) -> fx.Graph:
+    """Hundreds of parallel per-field arches, as dynamo captures the launch-bound bench model
+    (``optimus_bench.models.launch_bound``, its parameters inlined as placeholders): per layer, x [B, N*D]
+    is split into N fields, each runs ``layer_norm -> linear -> activation`` with its own parameters (four
+    placeholders per field), the results are stacked to [B, N, D], unbound and concatenated back, and a
+    residual closes the layer; a linear head ends the graph. About 9 FX nodes per field and layer. Inputs:
+    x, then per layer and field the LayerNorm weight and bias and the Linear weight and bias, then the
+    head's weight and bias (:func:`make_branches_inputs`)."""
+    n, d = branches, dim
+    acts = (torch.relu, torch.tanh, torch.sigmoid)
+    g = fx.Graph()
+    x = g.placeholder("x")
+    params = [[[g.placeholder(f"p{i}_{j}_{k}") for k in range(4)] for j in range(n)] for i in range(layers)]
+    hw, hb = g.placeholder("head_w"), g.placeholder("head_b")
+    for i in range(layers):
+        sp = g.call_function(torch.split, (x, d), {"dim": 1})
+        ys = []
+        for j in range(n):
+            lw, lb, w, b = params[i][j]
+            p = g.call_function(operator.getitem, (sp, j))
+            ln = g.call_function(F.layer_norm, (p, (d,), lw, lb, 1e-5))
+            ys.append(g.call_function(acts[i % 3], (g.call_function(F.linear, (ln, w, b)),)))
+        st = g.call_function(torch.stack, (ys,), {"dim": 1})
+        ub = g.call_function(torch.unbind, (st,), {"dim": 1})
+        parts = [g.call_function(operator.getitem, (ub, j)) for j in range(n)]
+        x = g.call_function(operator.add, (g.call_function(torch.cat, (parts,), {"dim": 1}), x))
+    g.output((g.call_function(F.linear, (x, hw, hb)),))
+    return g
+
+
+def branches_of_size(target_nodes: int) -> tuple[int, int]:
+    """``(branches, layers)`` of :func:`build_branches_fx_graph` with about ``target_nodes`` FX nodes:
+    128 branches up to 2k nodes, 256 up to 8k, then 512; layers to fill the size."""
+    n = 128 if target_nodes <= 2_000 else 256 if target_nodes <= 8_000 else 512
+    base = len(build_branches_fx_graph(n, 0).nodes)
+    per = len(build_branches_fx_graph(n, 1).nodes) - base
+    return n, max(1, round((target_nodes - base) / per))
+
+
+def make_branches_graph(branches: int, layers: int, dim: int = 8, batch: int = 16, seed: int = 0
+                        ) -> tuple[fx.GraphModule, list[torch.Tensor]]:
+    """(gm, example_inputs) of :func:`build_branches_fx_graph` with FakeTensor meta; parameters are drawn
+    like nn.LayerNorm's (ones, zeros) and nn.Linear's (uniform in +-1/sqrt(dim))."""
+    gm = fx.GraphModule(torch.nn.Module(), build_branches_fx_graph(branches, layers, dim))
+    gen = torch.Generator().manual_seed(seed)
+    bound = dim ** -0.5
+    inputs = [torch.randn(batch, branches * dim, generator=gen)]
+    for _ in range(layers * branches):
+        inputs += [torch.ones(dim), torch.zeros(dim), (torch.rand(dim, dim, generator=gen) * 2 - 1) * bound,
+                   (torch.rand(dim, generator=gen) * 2 - 1) * bound]
+    inputs += [(torch.rand(1, branches * dim, generator=gen) * 2 - 1) * (branches * dim) ** -0.5, torch.zeros(1)]
+    add_fake_meta(gm, inputs)
+    return gm, inputs
+
+
 def make_inputs(num_fields: int, dim: int = 4, batch: int = 8, seed: int = 0) -> list[torch.Tensor]:
     """Example inputs [x [B,N*D] f32, ids [B] i64, W [VOCAB,N*D] f32]."""
     gen = torch.Generator().manual_seed(seed)

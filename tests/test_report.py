@@ -75,6 +75,8 @@ def test_the_report_says_how_the_plan_was_found():
     assert x["choice_classes"] > 0 and x["components"] >= 1
     assert x["cost"] <= x["fast_cost"] + 1e-9 <= x["tree_cost"] + 2e-9
     assert x["cost"] == pytest.approx(r.cost_after)
-    assert x["exact_components"] == x["components"] and x["exact_optimal"] == x["components"]
+    # every component proven optimal: by HiGHS, or the fast plan meets its lower bound (extract.bound)
+    assert x["exact_optimal"] == x["exact_components"]
+    assert x["exact_components"] + x["bound_closed"] == x["components"]
     assert r.extractor == "ilp" and r.limits == []
     assert f"{x['choice_classes']} e-classes with a choice" in r.summary()

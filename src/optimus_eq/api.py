@@ -134,7 +134,7 @@ def optimize(
             report.notes.extend(option_notes(registry, opts, lv))
     report.ops_before = count_ops(gm)
     report.nodes_before = len(gm.graph.nodes)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     result = gm
     if strategy != "none":
         phases = ["translate"]
@@ -152,6 +152,7 @@ def optimize(
             _counters()["fallback"] += 1
             result = gm
     report.times["total"] = time.perf_counter() - start
+    report.cpu_times["total"] = time.process_time() - cpu_start
     report.ops_after = count_ops(result)
     report.nodes_after = len(result.graph.nodes)
     for name, n in report.patterns_fired.items():
@@ -277,6 +278,7 @@ class _Plans:
         self.tr, self.phases, self.gradients, self.deadline = tr, phases, gradients, deadline
         self.cost_model, self.method, self.seconds, self.ilp_max_nodes = cost_model, method, seconds, ilp_max_nodes
         self.spent = 0.0       # seconds spent reading and extracting
+        self.cpu_spent = 0.0   # the same in CPU seconds of this process
         self.reads = 0         # e-graph reads done (the rest were reused)
         self._last = None      # ((id of the EGraph, its version), (view, extraction))
 
@@ -285,7 +287,7 @@ class _Plans:
         if self._last is not None and self._last[0] == state:
             return self._last[1]
         self.phases.append("extract")
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for restore in (False, True):
             view = EGraphView.from_egraph(egraph, restore_subsumed=restore)
             view.gradients = self.gradients
@@ -302,6 +304,7 @@ class _Plans:
                 if restore:
                     raise
         self.spent += time.perf_counter() - t0
+        self.cpu_spent += time.process_time() - c0
         self.reads += 1
         self.phases.pop()
         self._last = (state, (view, ex))
@@ -336,7 +339,8 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
     if extractor == "auto":
         extractor = chosen.extractor or extractor
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
+    cpu = report.cpu_times
     gm = _ensure_meta(gm, example_inputs, level)
     tr = translate_fn(gm)
     with EGraph(patterns, subsume=chosen.destructive) as egraph:
@@ -347,6 +351,7 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
         if tr.normalized and canonical in {p.name for p in patterns}:
             report.patterns_fired[canonical] = tr.normalized
         report.times["translate"] = (t1 := time.perf_counter()) - t0
+        cpu["translate"] = (c1 := time.process_time()) - c0
 
         phases.append("search")
         gradients = gradient_info(tr, level) if getattr(cost_model, "training", False) else None
@@ -359,15 +364,16 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
         if chosen.needs_objective:
             strategy_options.setdefault("objective", _objective(tr, cost_model, gradients))
 
-        horizontal_s = [0.0]
+        horizontal_s = [0.0, 0.0]  # wall, CPU
 
         def horizontal(eg, ps, destructive):
-            t = time.perf_counter()
-            spent = plans.spent
+            t, c = time.perf_counter(), time.process_time()
+            spent, cpu_spent = plans.spent, plans.cpu_spent
             try:
                 return fuse_round(eg, ps, hctx, destructive)
             finally:  # the round's own work: its plan's read and extraction count as extract
                 horizontal_s[0] += time.perf_counter() - t - (plans.spent - spent)
+                horizontal_s[1] += time.process_time() - c - (plans.cpu_spent - cpu_spent)
 
         horizontal.reset = lambda: (hctx.fired.clear(), hctx.members.clear())  # searches that backtrack
         result = chosen.search(egraph, patterns, limits, **strategy_options, horizontal=horizontal)
@@ -377,10 +383,11 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
             owner = registry.owner_of(rule)
             if owner is not None and n:
                 report.patterns_fired[owner] += n
-        t2 = time.perf_counter()
-        in_search = plans.spent  # the horizontal rounds' reads and extractions: extract phase time
+        t2, c2 = time.perf_counter(), time.process_time()
+        in_search, cpu_in_search = plans.spent, plans.cpu_spent  # the horizontal rounds' reads and extractions: extract phase time
         report.times["search"] = t2 - t1 - in_search
         report.times["horizontal"] = horizontal_s[0]
+        cpu["search"], cpu["horizontal"] = c2 - c1 - cpu_in_search, horizontal_s[1]
         if result.stop_reason in ("time_limit", "iteration_limit", "node_limit"):
             what = {"time_limit": f"the time limit (Limits.seconds = {limits.seconds:g} s for the whole call)",
                     "iteration_limit": f"Limits.iterations = {limits.iterations}",
@@ -400,8 +407,10 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
     report.extraction = dict(ex.stats)
     report.limits.extend(_extraction_limits(ex.stats, ilp_max_nodes, ilp_seconds))
     report.times["extract"] = (t3 := time.perf_counter()) - t2 + in_search
+    cpu["extract"] = (c3 := time.process_time()) - c2 + cpu_in_search
 
     phases.append("lower")
     out = lower(tr, view, ex.choice, ir)
     report.times["lower"] = time.perf_counter() - t3
+    cpu["lower"] = time.process_time() - c3
     return out

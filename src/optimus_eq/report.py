@@ -22,7 +22,8 @@ class Report:
         stop_reason: ``"saturated"``, ``"iteration_limit"``, ``"node_limit"`` or ``"time_limit"``.
         extractor: how the final plan was found (:attr:`optimus_eq.extract.Extraction.method`: ``"tree"``,
             ``"tree+refine"`` (the fast plan: tree plan and local search), ``"ilp"`` (every component of the
-            choice core solved exactly), or the fast method plus ``"+ilp"``), with ``extract_note`` for
+            choice core proven optimal: solved by HiGHS, or the fast plan meets its lower bound), or the fast
+            method plus ``"+ilp"``), with ``extract_note`` for
             people and ``extraction`` as data.
         extraction: the final extraction's ``stats`` (:class:`optimus_eq.extract.Extraction`): tree, fast and
             final cost, choice classes, components, those solved exactly, their sizes and gaps.
@@ -36,6 +37,8 @@ class Report:
             is every read and extraction of the e-graph, the horizontal rounds' plans included (they run
             inside the search; ``search`` is the rest of it: rules, group analysis, insertion);
             ``horizontal`` is the part of ``search`` spent in horizontal rounds (group analysis, insertion).
+        cpu_times: the same phases in CPU seconds of the optimizing process (``time.process_time``: steadier
+            than ``times`` when other jobs share the cores; threads of egglog and HiGHS included).
         cost_model: the cost model the search and extraction used (:meth:`GPUCostModel.describe`: execution
             mode ``launch`` or ``cudagraph``, constants, and ``training`` when the backward was priced).
         training: whether the graph will be differentiated and its backward was priced.
@@ -63,6 +66,7 @@ class Report:
     cost_before: float | None = None
     cost_after: float | None = None
     times: dict = field(default_factory=dict)
+    cpu_times: dict = field(default_factory=dict)
     cost_model: str | None = None
     training: bool = False
     fallback: str | None = None
@@ -100,6 +104,8 @@ class Report:
                 line += f", final {x.get('cost', 0):.1f} us"
                 if x.get("exact_components"):
                     line += f"; exact: {x['exact_components']} components, {x.get('exact_optimal', 0)} proven optimal"
+                if x.get("bound_closed"):
+                    line += f"; {x['bound_closed']} components proven optimal by the lower bound (no solver)"
                 lines.append(line)
             for what in self.limits:
                 lines.append(f"  limit: {what}")

@@ -2,8 +2,8 @@
 
 Modules, one job each: :mod:`.view` (read the e-graph: :class:`EGraphView`), :mod:`.plan` (a plan's DAG cost
 and cycles, :class:`Extraction`, :func:`input_cost`), :mod:`.tree` (the e-graph as dense integers and the
-tree-cost extractor), :mod:`.prune` (pruning, reachability, strongly connected components), :mod:`.ilp` (the
-ILP with cycle cuts), :mod:`.refine` (local search), :mod:`.driver` (the :func:`extract` entry).
+tree-cost extractor), :mod:`.prune` (pruning, reachability, strongly connected components), :mod:`.bound` (a
+lower bound per component), :mod:`.ilp` (the ILP with cycle cuts), :mod:`.refine` (local search), :mod:`.driver` (the :func:`extract` entry).
 
 One entry point, :func:`extract`, with three methods:
 
@@ -20,7 +20,9 @@ One entry point, :func:`extract`, with three methods:
      at 10^5 e-nodes.
   2. the problem is reduced to its *choice core*: e-nodes that can be in no acyclic plan are dropped, classes
      with one possible e-node that every plan needs are fixed, and the rest falls apart into independent
-     components (below). Each component of at most ``ilp_max_nodes`` e-nodes (2,000) goes to the DAG-aware
+     components (below). A component whose fast plan meets its lower bound (:mod:`.bound`: each class's
+     cost shared among the classes that may use it) is proven optimal there and solved no further. Each
+     other component of at most ``ilp_max_nodes`` e-nodes (2,000) goes to the DAG-aware
      0-1 ILP (HiGHS, the solver inside scipy: one binary per e-node, each root class covered, a chosen e-node
      requires one chosen e-node in each child class; a shared e-node is paid once; TENSAT, MLSys 2021),
      warm-started from the fast plan, with a time budget of 0.05 s plus 0.5 ms per e-node. The ILP's plan

@@ -10,6 +10,7 @@ from collections import Counter
 
 
 from optimus_eq.cost import GPUCostModel
+from optimus_eq.extract.bound import component_bound
 from optimus_eq.extract.ilp import _ILP, BATCH, _plan_cycles
 from optimus_eq.extract.plan import Extraction
 from optimus_eq.extract.prune import _prepare
@@ -26,6 +27,9 @@ EXACT_PER_NODE_S = 5e-4
 #: Components of at least this many e-nodes are compared with the others of their size (solved once per
 #: distinct problem); smaller ones are solved together, a few hundred per HiGHS call.
 DEDUP_MIN_NODES = 100
+#: The fast plan is optimal on a component when its cost is within this of the component's lower bound
+#: (:mod:`optimus_eq.extract.bound`): relative, plus absolute microseconds (float sums in another order).
+BOUND_RTOL, BOUND_ATOL = 1e-9, 1e-9
 #: The local search runs at least this long even when the caller's deadline has passed (a plan is needed).
 REFINE_MIN_S = 1.0
 
@@ -49,7 +53,8 @@ def extract(view: EGraphView, roots: list, forced_nodes: set, model: GPUCostMode
             choice core exactly, each with the whole remaining budget) or ``"auto"`` (the fast plan, then
             components up to ``ilp_max_nodes`` e-nodes exactly, each with a budget that grows with its
             size); see the module docstring of :mod:`optimus_eq.extract`.
-        seconds: time budget of the exact solver (all components together), seconds.
+        seconds: time budget of the exact solver (all components together), seconds; the local search
+            gets the same budget (at least ``REFINE_MIN_S``), wall-clock.
         ilp_max_nodes: ``"auto"`` leaves a component of the choice core with more e-nodes than this to the
             fast plan.
         max_rounds: ILP solves per batch of components (each adds cuts for the cycles of the last plan).
@@ -75,11 +80,21 @@ def extract(view: EGraphView, roots: list, forced_nodes: set, model: GPUCostMode
 
 def _extract(view, roots, forced_nodes, model, method, seconds, ilp_max_nodes, max_rounds, deadline) -> Extraction:
     start = time.perf_counter()
+    clock = [time.process_time()]
+    stage_s: dict[str, float] = {}
+
+    def lap(name: str) -> None:  # CPU seconds per stage, for Extraction.stats["stage_s"]
+        now = time.process_time()
+        stage_s[name] = stage_s.get(name, 0.0) + now - clock[0]
+        clock[0] = now
+
     view.assign_costs(model, forced_nodes)
     p = _Problem(view, forced_nodes)
+    lap("costs")
     if len(view.nodes) == len(view.classes):  # one e-node per class (greedy's e-graph): nothing to choose
         return _unique(view, p, roots, start)
     tree_pick = p.tree()
+    lap("tree")
     missing = [r for r in roots if not p.has(r) or tree_pick[p.cid[r]] < 0]
     if missing:
         raise NoAcyclicTerm(f"no acyclic term for e-classes {missing[:5]}")
@@ -87,6 +102,7 @@ def _extract(view, roots, forced_nodes, model, method, seconds, ilp_max_nodes, m
     pick = list(tree_pick)
     notes: list[str] = []
     prep = _prepare(p, tree_pick, rroots, ilp_max_nodes if method == "auto" else None)
+    lap("prepare")
 
     def plan_cost(pk: list[int]) -> float:
         return sum(p.cost[pk[c]] for c in p.plan_classes(pk, rroots))
@@ -94,14 +110,16 @@ def _extract(view, roots, forced_nodes, model, method, seconds, ilp_max_nodes, m
     tree_cost = plan_cost(tree_pick)
     choice = prep.reach & (prep.nvalid > 1)
     stats: dict = {"e_nodes": len(p.kids), "e_classes": len(p.cids), "choice_classes": int(choice.sum()),
-                   "tree_cost": tree_cost}
+                   "tree_cost": tree_cost, "stage_s": stage_s}
     method_used, rounds = "tree", 0
     end = start + seconds if deadline is None else min(start + seconds, deadline)
     if not choice.any():
         notes.append("no choice")
     elif method != "tree":
         t0 = time.perf_counter()
-        refine_end = t0 + max(REFINE_MIN_S, seconds / 4)
+        # the whole exact budget, not a share of it: at 50k FX nodes (split/cat tangle, loaded machine) a
+        # quarter of 10 s ran out before the first move, and the tree plan (54x dearer) was kept
+        refine_end = t0 + max(REFINE_MIN_S, seconds)
         if deadline is not None:
             refine_end = min(refine_end, max(deadline, t0 + REFINE_MIN_S))
         moves = _refine(p, pick, rroots, prep, refine_end)
@@ -109,10 +127,12 @@ def _extract(view, roots, forced_nodes, model, method, seconds, ilp_max_nodes, m
         fast_needed = p.plan_classes(fast, rroots)
         fast_cost = sum(p.cost[fast[c]] for c in fast_needed)
         stats.update(refine_moves=moves, fast_cost=fast_cost, fast_s=time.perf_counter() - t0)
+        lap("refine")
         if moves:
             method_used = "tree+refine"
         method_used, rounds = _exact(p, prep, method, ilp_max_nodes, max_rounds, end, fast, set(fast_needed),
                                      pick, stats, notes, method_used)
+        lap("exact")
     if prep.pruned:
         notes.append(f"{prep.pruned} cyclic e-nodes pruned")
 
@@ -127,6 +147,7 @@ def _extract(view, roots, forced_nodes, model, method, seconds, ilp_max_nodes, m
             needed = p.plan_classes(pick, rroots)
             cost = sum(p.cost[pick[c]] for c in needed)
     stats["cost"] = cost
+    lap("check")
     cids, nids = p.cids, p.nids
     chosen = {cids[c]: nids[pick[c]] for c in needed}
     return Extraction(chosen, cost, method_used, time.perf_counter() - start, rounds, "; ".join(notes), stats)
@@ -168,11 +189,24 @@ def _exact(p, prep, method, ilp_max_nodes, max_rounds, end, fast, used, pick, st
     groups = sorted(ilp.groups, key=lambda sg: sg[0])
     sizes = [n for n, _ in groups]
     stats.update(components=len(groups), largest_component=max(sizes, default=0))
-    over = [n for n in sizes if limit is not None and n > limit]
     copies: dict[tuple, list[list[int]]] = {}  # signature -> components in canonical order (first: solved)
     firsts: list[tuple[int, list[int]]] = []
     shared = Counter(n for n, _ in groups)
+    kids, cost, mandatory, cyclic = p.kids, p.cost, ilp.mandatory, ilp.cyclic
+    closed: set[int] = set()  # ids of components where the fast plan meets the lower bound: optimal, no solve
+    fast_gaps: list[float] = []  # relative gaps of the fast plan on components left to it (over the limit)
     for n, g in groups:
+        # the fast plan's cost on the component, against a lower bound of every plan's (extract.bound)
+        lb = component_bound(g, prep.vnodes, kids, cost, fixed, mandatory, cyclic)
+        if lb is not None:
+            mine = sum(cost[fast[c]] for c in g if not fixed[c] and c in used)
+            if mine <= lb * (1 + BOUND_RTOL) + BOUND_ATOL:
+                closed.add(id(g))
+                continue
+            if limit is not None and n > limit:
+                fast_gaps.append((mine - lb) / mine if mine > 0 else 0.0)
+        elif limit is not None and n > limit:
+            fast_gaps.append(float("inf"))
         if limit is None or n <= limit:
             # small components share a HiGHS call anyway (BATCH e-nodes per call): not worth a signature
             sig, order = (_signature(p, prep, ilp, g) if n >= DEDUP_MIN_NODES and shared[n] > 1 else (id(g), g))
@@ -222,7 +256,9 @@ def _exact(p, prep, method, ilp_max_nodes, max_rounds, end, fast, used, pick, st
                     improved += after < before - 1e-9
                     for c, i in mine.items():
                         pick[c] = i
-    stats.update(exact_components=solved, exact_optimal=optimal, exact_improved=improved,
+    over = [n for n, g in groups if limit is not None and n > limit and id(g) not in closed]
+    stats.update(exact_components=solved, exact_optimal=optimal, exact_improved=improved, bound_closed=len(closed),
+                 fast_max_gap=max(fast_gaps, default=0.0),
                  exact_distinct=sum(len(c) for _, c in batches), exact_max_gap=max(gaps, default=0.0),
                  exact_s=exact_s, over_limit=over, deadline_skipped=skipped, exact_failed=why)
     if over:
@@ -235,11 +271,18 @@ def _exact(p, prep, method, ilp_max_nodes, max_rounds, end, fast, used, pick, st
         worst = max(gaps)
         gap = f"gap up to {100 * worst:.2g}%" if worst < float("inf") else "no lower bound yet"
         notes.append(f"{len(gaps)} ilp batches stopped at their time budget with the best plan found ({gap})")
+    if closed:
+        notes.append(f"fast plan proven optimal by its lower bound on {len(closed)}/{len(groups)} components")
+    if fast_gaps:
+        worst = max(fast_gaps)
+        notes.append("fast plan within " + (f"{100 * worst:.2g}%" if worst < float("inf") else "an unknown gap")
+                     + " of the optimum on the components over the limit (lower bound)")
     if solved:
         notes.append(f"exact: {solved}/{len(groups)} components ({stats['exact_distinct']} distinct), {optimal} "
                      f"proven optimal, {improved} improved on the fast plan")
-        if solved == len(groups) and optimal == solved:
-            return "ilp", rounds
+    if groups and optimal == solved and solved + len(closed) == len(groups):  # every component proven optimal
+        return "ilp", rounds
+    if solved:
         return method_used + "+ilp", rounds
     return method_used, rounds
 

@@ -20,7 +20,8 @@ class Extraction:
         choice: e-class id -> chosen e-node id, for every e-class the plan needs.
         dag_cost: the plan's cost (microseconds, each chosen e-node paid once).
         method: ``"tree"`` (the tree plan), ``"tree+refine"`` (improved by local search: the fast plan),
-            ``"ilp"`` (every component of the choice core solved exactly, proven optimal), or the fast
+            ``"ilp"`` (every component of the choice core proven optimal: by HiGHS, or by the lower bound
+            of :mod:`optimus_eq.extract.bound` where the fast plan meets it), or the fast
             method's name plus ``"+ilp"`` (some components solved exactly).
         seconds: wall-clock seconds of the extraction.
         ilp_rounds: most ILP solves of one batch (cycle cuts).
@@ -30,7 +31,11 @@ class Extraction:
             ``components`` (of the choice core) and ``largest_component`` (e-nodes), ``exact_components``
             (solved by HiGHS), ``exact_optimal``, ``exact_improved``, ``exact_max_gap`` (relative, of those
             stopped at their time budget), ``over_limit`` (sizes of components left to the fast plan),
-            ``deadline_skipped`` (components the deadline left to the fast plan), ``exact_s``, ``cost``.
+            ``deadline_skipped`` (components the deadline left to the fast plan), ``exact_s``, ``cost``,
+            ``bound_closed`` (components where the fast plan meets the lower bound of
+            :mod:`optimus_eq.extract.bound`: proven optimal, no solver run), ``fast_max_gap`` (the largest
+            relative gap of the fast plan to that bound on components over the limit; inf where a cycle
+            left it unbounded), ``stage_s`` (CPU seconds: costs, tree, prepare, refine, exact, check).
     """
 
     choice: dict

@@ -297,8 +297,18 @@ class PlanGraph:
         self._positions()
         # (that input is a group of one: rewrites of one op, min_fuse_set_size 1, search from every value)
         single = lo <= 1
-        roots = [c for c in reversed(self._seq) if c in near and (single or len(pred[c]) >= 2)]
+        # an input with no inputs and no group key (a graph input: weights, biases) is neither collected nor
+        # searched past, so it does not count: LayerNorm(x, w, b) and Linear(x, W, b) have one input here
+        roots = [c for c in reversed(self._seq) if c in near
+                 and (single or sum(1 for p in pred[c] if pred[p] or p in keys) >= 2)]
+        # per node, its inputs that are viable matches, with their keys: the last level of a search needs
+        # only these (its other nodes are neither collected nor searched past)
+        last_inputs: dict = {}
         for root in roots:
+            if root in fused:
+                # a member of a group fused in this round reads its fused op, which reads every member's
+                # inputs: upstream erases it with its group, and searching from it would walk them all
+                continue
             # breadth-first over inputs, level by level, up to ``depth`` hops; an op with a group key is a
             # match (collected when its key is viable) and the search does not go past it
             found: dict = {}
@@ -308,7 +318,9 @@ class PlanGraph:
             d = 1
             while level:
                 nxt = []
+                tail = []  # the last level's matches, (key, node), collected after this level's
                 go_on = depth is None or d < depth
+                last = depth is not None and d + 1 == depth  # the inputs found now end the search
                 for c in level:
                     if c in fused:
                         continue
@@ -316,11 +328,25 @@ class PlanGraph:
                     if k is not None:
                         if k in viable:
                             found.setdefault(k, []).append(c)
+                    elif last:
+                        # what the next (last) level would do with c's inputs, in the same order: collect
+                        # the unseen viable matches that are not fused; the rest only fills ``seen``, which
+                        # no later level reads
+                        ins = last_inputs.get(c)
+                        if ins is None:
+                            ins = last_inputs[c] = [(keys[p], p) for p in pred[c] if keys.get(p) in viable]
+                        for kp, p in ins:
+                            if p not in seen:
+                                seen.add(p)
+                                if p not in fused:
+                                    tail.append((kp, p))
                     elif go_on:
                         for p in pred[c]:
                             if p not in seen:
                                 seen.add(p)
                                 nxt.append(p)
+                for kp, p in tail:
+                    found.setdefault(kp, []).append(p)
                 level = nxt
                 d += 1
             for k, cands in found.items():
