@@ -127,14 +127,16 @@ def _gm_args(example_inputs, trace_inputs, fresh):
 
 
 def check(fn: Callable, inputs: Sequence, strategy: str, *, source: str = "dynamo", grad: bool = True,
-          fallback_ok: bool = False, patterns=None, runs: int = 1, **options) -> Checked:
+          fallback_ok: bool = False, patterns=None, runs: int = 1, trace_grad: bool = False, **options) -> Checked:
     """Optimize the graph of ``fn`` with ``strategy`` and compare it with eager ``fn`` (module docstring).
 
     ``grad``: also compare gradients of the floating inputs (set False when ``fn`` mutates an input).
     ``fallback_ok``: a fallback to the original graph is acceptable (otherwise it fails the test).
+    ``trace_grad``: trace with the floating inputs requiring grad (as a training step's graph, whose meta
+    then says which values require grad), not only run with them.
     Returns the graphs and report for structural assertions.
     """
-    trace_inputs = [_clone(x) for x in inputs]
+    trace_inputs = [_clone(x, trace_grad) for x in inputs]
     if source == "dynamo":
         gm, example_inputs = dynamo_graph(fn, *trace_inputs)
     elif source == "fx":

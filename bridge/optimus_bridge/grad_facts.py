@@ -12,6 +12,12 @@ from optimus_bridge.translate import meta_val
 from optimus_eq.extract.grad import GradientInfo, GradientReach
 
 
+#: ``GraphModule.meta`` key: per flat output position, the mask of the *whole* graph's output positions it
+#: reaches along gradient paths, for a segment between global-state switches (:mod:`optimus_bridge.regions`),
+#: whose outputs are read by later segments: members reaching the same final outputs may be batched
+OUTPUT_REACH = "optimus_eq_output_reach"
+
+
 def _requires_grad(node) -> bool:
     """Whether eager's value of ``node`` (a tensor, or a tuple/list of them) requires grad (meta)."""
     val = meta_val(node)
@@ -29,7 +35,7 @@ def output_nodes(out_node) -> list:
     return flat
 
 
-def propagate_reach(nodes, carries_grad, source_bit, out_node=None):
+def propagate_reach(nodes, carries_grad, source_bit, out_node=None, out_masks=None):
     """One forward and one backward pass of gradient paths over FX ``nodes`` (in graph order).
 
     Args:
@@ -37,6 +43,7 @@ def propagate_reach(nodes, carries_grad, source_bit, out_node=None):
             given the sources its inputs carry.
         source_bit: ``f(node) -> mask``, the node's own source bit (0 for non-sources).
         out_node: the output node; with it the reverse pass runs too.
+        out_masks: per flat output position, the mask it stands for (default: bit i for position i).
 
     Returns:
         ``(carries, reaches)``: node -> source mask; node -> output-position mask (empty without
@@ -55,7 +62,7 @@ def propagate_reach(nodes, carries_grad, source_bit, out_node=None):
     if out_node is not None:
         for i, a in enumerate(output_nodes(out_node)):
             if a is not None and carries.get(a, 0):
-                reaches[a] = reaches.get(a, 0) | (1 << i)
+                reaches[a] = reaches.get(a, 0) | (1 << i if out_masks is None else out_masks[i])
         for n in reversed(list(nodes)):
             r = reaches.get(n, 0)
             if not r or not carries.get(n, 0):
@@ -94,7 +101,8 @@ def _compute_facts(tr, level: str):
         return info, GradientReach()
     bit = {n: 1 << i for i, n in enumerate(sources)}
     out_node = next(n for n in reversed(nodes) if n.op == "output")
-    carries, reaches = propagate_reach(nodes, lambda n, m: rg[n], lambda n: bit.get(n, 0), out_node)
+    carries, reaches = propagate_reach(nodes, lambda n, m: rg[n], lambda n: bit.get(n, 0), out_node,
+                                       tr.gm.meta.get(OUTPUT_REACH))
     # pure op keys whose eager nodes drop gradient: a term of that key carries none (lowering's check)
     key_of = {}
     for rel in ("UnaryIn", "BinaryIn", "ApplyIn"):

@@ -11,6 +11,7 @@ from typing import Sequence
 import torch
 from torch.fx import GraphModule
 
+from optimus_bridge.effects import changes_global_state
 from optimus_bridge.translate import meta_val
 
 
@@ -22,7 +23,8 @@ def _ensure_meta(gm: GraphModule, example_inputs: Sequence | None, level: str = 
     graphs carry ``val`` on every node that returns something (``val`` is None for ops returning None):
     there only the placeholders are checked. In a Torch-IR graph a call nobody reads (dynamo's
     ``_set_grad_enabled`` of a ``with torch.no_grad():``, ``_log_api_usage_once``) returns None and has no
-    meta: it does not make the graph lack meta. Rerunning FakeTensorProp over dynamo's meta would lose its
+    meta: it does not make the graph lack meta, nor does ``_enter_autocast``, whose mode object only
+    ``_exit_autocast`` reads. Rerunning FakeTensorProp over dynamo's meta would lose its
     ``requires_grad`` (FakeTensorProp stores detached FakeTensors), which training pricing
     (:func:`optimus_bridge.grad_facts.gradient_info`) and split lowering read.
 
@@ -51,7 +53,7 @@ def _ensure_meta(gm: GraphModule, example_inputs: Sequence | None, level: str = 
 def _has_meta(gm: GraphModule, level: str) -> bool:
     """Whether the nodes :func:`_ensure_meta` needs carry FakeTensor meta."""
     needed = [n for n in gm.graph.nodes if n.op == "placeholder" or (
-        level != "post_grad" and n.op != "output" and n.users)]
+        level != "post_grad" and n.op != "output" and n.users and not changes_global_state(n))]
     return all(meta_val(n) is not None for n in needed)
 
 

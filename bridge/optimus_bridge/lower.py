@@ -31,7 +31,7 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 from optimus_bridge.translate import (Slot, SymSize, Translation, eager_output_meta, eager_storage_map, meta_val,
                                       storage_id)
 from optimus_eq.extract import EGraphView, no_gc
-from optimus_bridge.grad_facts import gradient_info, gradient_reach, output_nodes, propagate_reach
+from optimus_bridge.grad_facts import OUTPUT_REACH, gradient_info, gradient_reach, output_nodes, propagate_reach
 from optimus_eq.extract.grad import grad_classes
 from optimus_eq.extract.plan import chosen_list
 
@@ -422,7 +422,8 @@ class Lowerer:
         self._remove_dead_terms()
         copies = set(self.env.values())
         _propagate_meta(self.graph, self.t.gm, self.t.gm, lambda n: n not in copies)
-        fixes = (partial(_unalias_outputs, visible=self.t.visible_outputs), _fix_strides, _distinct_outputs)
+        fixes = (partial(_unalias_outputs, visible=self.t.visible_outputs, internal=self.t.internal_outputs),
+                 _fix_strides, _distinct_outputs)
         for fix in fixes:
             added = fix(self.graph, out_node, self.level)
             if added:
@@ -481,13 +482,16 @@ class Lowerer:
         flat = output_nodes(new_out)
         if len(flat) != len(reach.at_output):
             raise LoweringError("output structure changed")
+        allowed = _allowed_paths(reach.at_output, self.t.gm.meta.get(OUTPUT_REACH))
         for i, (n, want) in enumerate(zip(flat, reach.at_output)):
             have = ours.get(n, 0) if n is not None else 0
             if have == want:
                 continue
             extra, lost = have & ~want, want & ~have
-            if extra and want:
+            if extra & ~allowed[i] and want:
                 raise LoweringError(f"output {i} would have gradient paths eager does not have")
+            if not lost and want:
+                continue  # the extra paths reach only final outputs that eager's sources reach anyway
             with self.graph.inserting_before(new_out):
                 if extra:  # eager's output needs no grad at all
                     _replace_output_at(new_out, i, self.graph.call_method("detach", (n,)))
@@ -548,12 +552,41 @@ def _aliases(values: list, graph: Graph, remap: dict | None = None, empty: bool 
             for i, s in enumerate(outs)]
 
 
-def _unalias_outputs(graph: Graph, old_out: Node, level: "IRLevel", visible: frozenset | None = None) -> list[Node]:
+def _allowed_paths(at_output: tuple, final_reach: tuple | None) -> list[int]:
+    """Per flat output position, the sources whose gradient paths to it are harmless: eager's own
+    (``at_output``), and for a segment between global-state switches (``final_reach``: the whole graph's
+    output positions each of its outputs reaches, :data:`optimus_bridge.grad_facts.OUTPUT_REACH`) every
+    source that eager connects to all the final outputs the position reaches (a batched Linear's output
+    depends on every member's weight; when all members feed one final output, each weight has a gradient
+    path to it in eager too, so no None gradient becomes zeros)."""
+    if final_reach is None or len(final_reach) != len(at_output):
+        return list(at_output)
+    union: dict[int, int] = {}
+    for want, mask in zip(at_output, final_reach):
+        while mask:
+            bit = mask & -mask
+            union[bit] = union.get(bit, 0) | want
+            mask ^= bit
+    allowed = list(at_output)
+    for i, mask in enumerate(final_reach):
+        if mask:
+            common = -1
+            while mask:
+                bit = mask & -mask
+                common &= union[bit]
+                mask ^= bit
+            allowed[i] |= common
+    return allowed
+
+
+def _unalias_outputs(graph: Graph, old_out: Node, level: "IRLevel", visible: frozenset | None = None,
+                     internal: frozenset = frozenset()) -> list[Node]:
     """Copy each output that shares storage with an input or another output where eager's does not (a cat
     of every piece of x folds to x itself, but eager returned a new tensor). The copy has eager's layout
     (:func:`_copy_like`). Aliasing is read from the FakeTensor meta of both graphs (views share storage).
     Returns the nodes added. ``visible``: the outputs whose overlap the user sees (None: all;
-    :attr:`~optimus_bridge.translate.Translation.visible_outputs`).
+    :attr:`~optimus_bridge.translate.Translation.visible_outputs`); ``internal``: outputs only later nodes of
+    the same program read, left as they are (:attr:`~optimus_bridge.translate.Translation.internal_outputs`).
 
     Raises:
         LoweringError: the output structure changed, or an output that eager returns as a view of an input
@@ -569,7 +602,8 @@ def _unalias_outputs(graph: Graph, old_out: Node, level: "IRLevel", visible: fro
     # eager's aliasing: the original graph's meta, where an eval-mode dropout is its input (as eager runs it)
     eager = _aliases(old_vals, old_out.graph, eager_storage_map(old_out.graph))
     ours = _aliases(new_vals, graph)
-    tensor_out = [i for i, n in enumerate(new) if isinstance(old_vals[i], torch.Tensor) and isinstance(n, Node)]
+    tensor_out = [i for i, n in enumerate(new)
+                  if isinstance(old_vals[i], torch.Tensor) and isinstance(n, Node) and i not in internal]
     # a lost view of an input matters where a write through it could reach the input: not for empty tensors
     eager_data = _aliases(old_vals, old_out.graph, eager_storage_map(old_out.graph), empty=False)
     ours_data = _aliases(new_vals, graph, empty=False)
@@ -819,7 +853,9 @@ def _propagate_meta(graph: Graph, root: torch.nn.Module, original: GraphModule, 
     from torch._subclasses.fake_tensor import FakeTensor
 
     fakes, mode = _input_fakes(original)
-    static = all(isinstance(f, FakeTensor) and _static(f) for f in fakes if isinstance(f, torch.Tensor))
+    # the meta-device shortcut skips autocast's dispatch (a Linear in an autocast region is bfloat16)
+    static = (all(isinstance(f, FakeTensor) and _static(f) for f in fakes if isinstance(f, torch.Tensor))
+              and not torch._C._is_any_autocast_enabled())
     prop = FakeTensorProp(_Attrs(root), mode)  # only its run_node is used: env in, attributes from root
     env = prop.env
     twins: dict[Node, torch.Tensor] = {}

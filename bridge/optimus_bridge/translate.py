@@ -42,6 +42,11 @@ from optimus_eq.symbolic import SizeTable
 from optimus_eq.terms import MAX_RANK  # longest shape the rows can carry; longer ones stay opaque
 
 
+#: ``GraphModule.meta`` key of :meth:`Translator.visible_outputs` for graphs whose outputs are not all the
+#: user's (the segments of :mod:`optimus_bridge.regions`)
+VISIBLE_OUTPUTS = "optimus_eq_visible_outputs"
+
+
 class Unsupported(Exception):
     """Raised inside a per-node translator: the node stays opaque."""
 
@@ -101,6 +106,9 @@ class Translation:
             by it).
         visible_outputs: indices of the flat outputs whose aliasing the user sees, or None for all
             (:meth:`Translator.visible_outputs`).
+        internal_outputs: indices of the flat outputs that only later nodes of the same program read (the
+            outputs of a segment between global-state switches that do not alias the graph's outputs,
+            :mod:`optimus_bridge.regions`): they may share storage where eager's do not.
     """
 
     gm: GraphModule
@@ -118,6 +126,7 @@ class Translation:
     symbolic: int = 0
     types: dict[int, tuple] = field(default_factory=dict)
     visible_outputs: frozenset | None = None
+    internal_outputs: frozenset = frozenset()
     sizes: SizeTable = field(default_factory=SizeTable)
     size_sources: dict = field(default_factory=dict)
 
@@ -448,8 +457,9 @@ class Translator:
 
     def visible_outputs(self) -> frozenset | None:
         """Indices of the flat outputs whose aliasing among each other and with the inputs the user sees,
-        or None for all of them (a dynamo graph's outputs are the user's)."""
-        return None
+        or None for all of them (a dynamo graph's outputs are the user's; a segment of one between
+        global-state switches says which of its outputs alias the graph's, :mod:`optimus_bridge.regions`)."""
+        return self.gm.meta.get(VISIBLE_OUTPUTS)
 
     def __init__(self, gm: GraphModule) -> None:
         self.gm = gm
@@ -578,6 +588,11 @@ class Translator:
         t = self.t
         t.frozen = frozen_nodes(self.gm, self.vocab, self.inputs_may_alias) | self._global_state_region()
         t.visible_outputs = self.visible_outputs()
+        if VISIBLE_OUTPUTS in self.gm.meta:  # a segment: its other outputs are read by later nodes only
+            out = next(n for n in reversed(self.gm.graph.nodes) if n.op == "output")
+            flat: list = []
+            torch.fx.node.map_aggregate(out.args[0], flat.append)
+            t.internal_outputs = frozenset(range(len(flat))) - t.visible_outputs
         if self.keeps_output_aliasing:
             t.frozen |= output_alias_nodes(self.gm, self.vocab, t.visible_outputs)
         for node in self.gm.graph.nodes:

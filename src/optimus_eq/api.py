@@ -14,6 +14,7 @@ from optimus_bridge.aten import ATEN_IR, translate_aten
 from optimus_bridge.eager_terms import eager_terms
 from optimus_bridge.grad_facts import facts as grad_facts, gradient_info
 from optimus_bridge.graph_meta import _check_example_inputs, _ensure_meta, ir_level  # noqa: F401 (ir_level: public here)
+from optimus_bridge import regions
 from optimus_bridge.lower import lower
 from optimus_bridge.translate import translate
 from optimus_bridge.vocab import op_kind
@@ -334,6 +335,12 @@ def _extraction_limits(stats: dict, ilp_max_nodes: int, ilp_seconds: float) -> l
 def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, ilp_seconds, ilp_max_nodes,
          registry, report, phases, strategy_options, level="pre_grad", pattern_options=None,
          deadline: float | None = None) -> GraphModule:
+    if level == "pre_grad":
+        gm = _ensure_meta(gm, example_inputs, level)
+        segments = regions.split(gm)
+        if segments is not None:
+            return _run_segments(gm, segments, strategy, patterns, limits, extractor, cost_model, ilp_seconds,
+                                 ilp_max_nodes, registry, report, phases, strategy_options, pattern_options, deadline)
     ir, translate_fn = (ATEN_IR, translate_aten) if level == "post_grad" else (None, translate)
     chosen = strategies.get(strategy)
     if extractor == "auto":
@@ -414,3 +421,60 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
     report.times["lower"] = time.perf_counter() - t3
     cpu["lower"] = time.process_time() - c3
     return out
+
+
+def _run_segments(gm, segments, strategy, patterns, limits, extractor, cost_model, ilp_seconds, ilp_max_nodes,
+                  registry, report, phases, strategy_options, pattern_options, deadline) -> GraphModule:
+    """Optimize a Torch-IR graph with ``no_grad`` / autocast regions one segment at a time, each inside its
+    region's global state (:mod:`optimus_bridge.regions`), and stitch the results. A segment whose
+    optimization fails keeps its original nodes (one warning); the others stay optimized."""
+    optimized, largest = [], 0
+    for i, seg in enumerate(segments):
+        if not seg.nodes:
+            optimized.append(seg.gm)
+            continue
+        sub, sub_phases = Report(strategy=strategy, level="pre_grad"), ["translate"]
+        try:
+            with seg.context():
+                optimized.append(_run(seg.gm, None, strategy, patterns, limits, extractor, cost_model, ilp_seconds,
+                                      ilp_max_nodes, registry, sub, sub_phases, dict(strategy_options), "pre_grad",
+                                      pattern_options, deadline))
+        except BaseException as exc:  # the segment stays as it was; the rest of the graph is still optimized
+            if not isinstance(exc, Exception) and not is_rust_panic(exc):
+                raise
+            cause = f"segment {i} of {len(segments)} (between global-state switches): {sub_phases[-1]} failed: " \
+                    f"{type(exc).__name__}: {exc}"
+            report.notes.append(f"{cause}; that segment was left as it was")
+            warnings.warn(f"optimus_eq: {cause}; leaving that segment as it was", stacklevel=4)
+            _counters()["fallback"] += 1
+            optimized.append(seg.gm)
+            continue
+        _merge_report(report, sub, i, largest=sub.egraph_nodes >= largest)
+        largest = max(largest, sub.egraph_nodes)
+    phases.append("lower")
+    report.notes.append(f"optimized in {sum(1 for s in segments if s.nodes)} segments between "
+                        f"{len(segments) - 1} global-state switches (no_grad / autocast regions)")
+    return regions.stitch(gm, segments, optimized)
+
+
+def _merge_report(report: Report, sub: Report, index: int, largest: bool) -> None:
+    """Add one segment's report ``sub`` to the whole graph's ``report`` (``largest``: its e-graph is the
+    largest so far, so its extraction is the one reported)."""
+    report.patterns_fired.update(sub.patterns_fired)
+    for mine, theirs in ((report.times, sub.times), (report.cpu_times, sub.cpu_times)):
+        for k, v in theirs.items():
+            mine[k] = mine.get(k, 0.0) + v
+    report.egraph_nodes += sub.egraph_nodes
+    report.egraph_classes += sub.egraph_classes
+    report.iterations += sub.iterations
+    if report.stop_reason in (None, "saturated"):
+        report.stop_reason = sub.stop_reason
+    report.left_opaque += sub.left_opaque
+    for attr in ("cost_before", "cost_after"):
+        if getattr(sub, attr) is not None:
+            setattr(report, attr, (getattr(report, attr) or 0.0) + getattr(sub, attr))
+    if largest:  # the extraction that says most: the largest segment's
+        report.extractor, report.extract_note, report.extraction = sub.extractor, sub.extract_note, sub.extraction
+    report.limits.extend(f"segment {index}: {what}" for what in sub.limits)
+    report.notes.extend(sub.notes)
+    report.cost_model, report.training = report.cost_model or sub.cost_model, report.training or sub.training
