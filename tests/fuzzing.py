@@ -484,6 +484,7 @@ def _run_pre_grad(fn, make_inputs, strategies, dynamic, pattern_options) -> dict
             return exp_flat, ref_in, ref_leaves, _grads(exp_flat, ref_leaves)
 
         reference = eager()
+        _check_meta_strides(gm, reference[0])
     except Exception as exc:  # noqa: BLE001 -- the program is invalid (generator's limits), not our bug
         return {s: Outcome("invalid", _exc_cause(exc), _exc_detail(exc)) for s in strategies}
     out = {}
@@ -503,6 +504,21 @@ def _run_pre_grad(fn, make_inputs, strategies, dynamic, pattern_options) -> dict
                             _diff_outputs(reference[0]))
         out[strategy] = _judge(reference, (act_flat, opt_in, opt_leaves), [report], ref64)
     return out
+
+
+def _check_meta_strides(gm, exp_flat) -> None:
+    """RuntimeError when an output's strides in dynamo's FakeTensor meta differ from eager's: the layout is
+    then unknowable when compiling (FakeTensor's Python references pick other strides for size-1 dims than
+    the C++ kernels, and a later cat or cast follows them), and torch.compile itself returns the meta's."""
+    out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    flat: list = []
+    torch.fx.node.map_arg(out.args[0], flat.append)
+    for i, (n, e) in enumerate(zip(flat, exp_flat)):
+        m = n.meta.get("example_value", n.meta.get("val"))
+        if (isinstance(m, torch.Tensor) and isinstance(e, torch.Tensor) and e.numel() > 1
+                and all(type(d) is int for d in (*m.shape, *m.stride()))
+                and _observable_strides(m) != _observable_strides(e)):
+            raise RuntimeError(f"dynamo's meta strides {m.stride()} of output {i} differ from eager's {e.stride()}")
 
 
 def _grads(flat, leaves, diff=None):

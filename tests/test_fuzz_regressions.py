@@ -561,3 +561,26 @@ def test_post_grad_view_of_a_cast_of_an_input_does_not_require_grad():
         return [x0, x1], [x0, x1]
 
     _post_grad_ok(f, make_inputs)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_new_output_with_size_one_dims_gets_eager_layout(strategy):
+    """Seed 803065 (H200 fuzz): x permuted, ``stack([x.detach()[1:], relu(split piece)], 1)`` of shape
+    (1, 2, 1, 2). The batched relu made it a cat of narrows of permuted reshapes; FakeTensor's meta said
+    contiguous, as eager's, but the real cat followed the channels-last format its inputs' size-1 dim
+    strides suggest: (4, 1, 4, 2) where eager has (4, 2, 2, 1). A new output node with size-1 dims whose
+    eager layout is contiguous now ends in ``contiguous()`` (itself when it already is)."""
+    from fuzzing import run_program
+
+    def f(x0):
+        v1 = x0.detach()
+        v3 = v1[1:]
+        v6 = torch.split(v3, 1, dim=1)[0]
+        v8 = torch.relu(v6)
+        return (torch.relu(v6), torch.stack([v3, v8], 1), x0)
+
+    def make_inputs():
+        return [rand(2, 1, 2, seed=8).permute(2, 1, 0)], []
+
+    got = run_program(f, make_inputs, [strategy], pattern_options={"batch_relu": {"min_fuse_set_size": 2}})
+    assert got[strategy].kind == "ok", got[strategy]

@@ -423,7 +423,7 @@ class Lowerer:
         copies = set(self.env.values())
         _propagate_meta(self.graph, self.t.gm, self.t.gm, lambda n: n not in copies)
         fixes = (partial(_unalias_outputs, visible=self.t.visible_outputs, internal=self.t.internal_outputs),
-                 _fix_strides, _distinct_outputs)
+                 partial(_fix_strides, copies=frozenset(copies)), _distinct_outputs)
         for fix in fixes:
             added = fix(self.graph, out_node, self.level)
             if added:
@@ -770,8 +770,10 @@ def _restride_torch(g: Graph, x: Node, shape: tuple, stride: tuple) -> list[Node
     return [buf, g.call_method("copy_", (buf, x))]
 
 
-def _fix_strides(graph: Graph, old_out: Node, level: "IRLevel") -> list[Node]:
-    """Give each output eager's strides where ours differ (see :func:`_copy_like`). Returns the nodes added.
+def _fix_strides(graph: Graph, old_out: Node, level: "IRLevel", copies: frozenset = frozenset()) -> list[Node]:
+    """Give each output eager's strides where ours differ (see :func:`_copy_like`), and a Torch-IR output that
+    is a new node (not in ``copies``, the verbatim copies of original nodes) with size-1 dims eager's
+    contiguous layout for sure. Returns the nodes added.
 
     Raises:
         LoweringError: an output changed shape or dtype, or its layout cannot be reproduced (eager's is
@@ -812,6 +814,16 @@ def _fix_strides(graph: Graph, old_out: Node, level: "IRLevel") -> list[Node]:
             _replace_output_at(new_out, i, nodes[-1])
             made[(o, n)] = nodes[-1]
             added.extend(nodes)
+        elif (level.restride is _restride_torch and n not in copies and n.op in ("call_function", "call_method")
+              and ov.numel() > 1 and 1 in ov.shape and _static(ov) and ov.is_contiguous() and not shares[i]):
+            # size-1 dims: FakeTensor's Python view references pick other strides for them than the C++
+            # kernels, and cat/stack/clone follow the memory format those strides suggest, so the real
+            # layout can differ from the meta that says it matches; ``contiguous()`` is eager's layout for
+            # sure and returns the tensor itself when it is already contiguous (fuzz seed 803065)
+            with graph.inserting_before(new_out):
+                c = graph.call_method("contiguous", (n,))
+            _replace_output_at(new_out, i, c)
+            added.append(c)
     return added
 
 
