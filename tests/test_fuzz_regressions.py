@@ -584,3 +584,41 @@ def test_new_output_with_size_one_dims_gets_eager_layout(strategy):
 
     got = run_program(f, make_inputs, [strategy], pattern_options={"batch_relu": {"min_fuse_set_size": 2}})
     assert got[strategy].kind == "ok", got[strategy]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_restrided_output_sharing_storage_without_overlap_is_copied(strategy):
+    """Seed 700054: ``unbind(sigmoid(piece), -2)`` returns two disjoint slices of one tensor; the batched
+    sigmoid made that tensor a slice of a wider one, so both outputs had other strides than eager's. Lowering
+    fell back, because a copy of one would no longer share storage with the other; but no write through one
+    reaches the other, so the copies are exact (and the fuzzer's aliasing check agrees)."""
+    from fuzzing import SMALL, run_program
+
+    def f(x0):
+        v2, v3, v4, v5 = torch.split(x0, 1, dim=2)
+        v10, v11, v12, v13 = (torch.sigmoid(v) for v in (v2, v3, v4, v5))
+        v16, v17 = torch.unbind(v12, -2)
+        return v16, v17, v10 * v11 * v13
+
+    def make_inputs():
+        return [rand(6, 2, 4, seed=9)], []
+
+    got = run_program(f, make_inputs, [strategy], pattern_options=SMALL)[strategy]
+    assert got.kind == "ok", got
+
+
+def test_post_grad_restride_ignores_storage_shared_with_saved_tensors():
+    """Seed 800513: at Aten-IR the forward graph also returns tensors saved for backward; a user output that
+    is a view of a saved ``relu`` got other strides from a batched relu and the graph fell back, because the
+    copy would not share storage with the saved tensor. Only outputs the user sees count."""
+
+    def f(x1):
+        v9, v10 = torch.unbind(x1, -2)
+        v11, v12 = F.relu(v9), F.relu(v10)
+        return torch.relu(torch.relu(v12)), v11.reshape(3, -1).view(3, 8).reshape(3, -1), v11.to(torch.bfloat16)
+
+    def make_inputs():
+        x1 = rand(3, 2, 8, seed=10).requires_grad_()
+        return [x1], [x1]
+
+    _post_grad_ok(f, make_inputs)

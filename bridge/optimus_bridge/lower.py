@@ -423,7 +423,7 @@ class Lowerer:
         copies = set(self.env.values())
         _propagate_meta(self.graph, self.t.gm, self.t.gm, lambda n: n not in copies)
         fixes = (partial(_unalias_outputs, visible=self.t.visible_outputs, internal=self.t.internal_outputs),
-                 partial(_fix_strides, copies=frozenset(copies)), _distinct_outputs)
+                 partial(_fix_strides, copies=frozenset(copies), visible=self.t.visible_outputs), _distinct_outputs)
         for fix in fixes:
             added = fix(self.graph, out_node, self.level)
             if added:
@@ -770,10 +770,12 @@ def _restride_torch(g: Graph, x: Node, shape: tuple, stride: tuple) -> list[Node
     return [buf, g.call_method("copy_", (buf, x))]
 
 
-def _fix_strides(graph: Graph, old_out: Node, level: "IRLevel", copies: frozenset = frozenset()) -> list[Node]:
+def _fix_strides(graph: Graph, old_out: Node, level: "IRLevel", copies: frozenset = frozenset(),
+                 visible: frozenset | None = None) -> list[Node]:
     """Give each output eager's strides where ours differ (see :func:`_copy_like`), and a Torch-IR output that
     is a new node (not in ``copies``, the verbatim copies of original nodes) with size-1 dims eager's
-    contiguous layout for sure. Returns the nodes added.
+    contiguous layout for sure. Returns the nodes added. ``visible``: the outputs the user sees (None: all;
+    sharing storage with an output the user does not see, a tensor saved for backward, is not kept).
 
     Raises:
         LoweringError: an output changed shape or dtype, or its layout cannot be reproduced (eager's is
@@ -786,7 +788,13 @@ def _fix_strides(graph: Graph, old_out: Node, level: "IRLevel", copies: frozense
     made: dict = {}  # (original output node, lowered node) -> its copy
     old_vals = _eager_vals(old_out, old)
     eager = _aliases(old_vals, old_out.graph, eager_storage_map(old_out.graph))
-    shares = [{a for a in eager[i] if a[0] == "in" or old[a[1]] is not old[i]} for i in range(len(old))]
+    # storage shared with an input, or with another output that overlaps this one (two disjoint slices of one
+    # tensor share storage too, but no write through one reaches the other: a copy of one loses nothing)
+    # (and only between outputs the user sees: a tensor saved for backward is not the user's, ``visible``)
+    shares = [{a for a in eager[i] if a[0] == "in" or (
+        old[a[1]] is not old[i] and (visible is None or i in visible and a[1] in visible) and (
+            old_vals[i] is None or old_vals[a[1]] is None or _may_overlap(old_vals[i], old_vals[a[1]])))}
+        for i in range(len(old))]
     for i in range(len(old)):
         for a in list(shares[i]):
             if a[0] == "out":
