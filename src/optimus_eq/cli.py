@@ -1,4 +1,8 @@
-"""The command-line tool: `optimus-eq demo` and `optimus-eq bench` (optimize and explain are planned)."""
+"""The command-line tool: `optimus-eq demo`, `optimize`, `explain`, `bench` and `calibrate`.
+
+The parser imports nothing heavy (no torch, no egglog): `optimus-eq --help` and `--version` answer in a fraction
+of a second, and each subcommand imports what it needs when it runs.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,6 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
-
-from optimus_eq.demo import run_demo, warm_up_compiler
 
 #: demo columns: plain Inductor, Inductor with the built-in Optimus passes, ours
 STRATEGIES = ("none", "builtin", "greedy", "eqsat")
@@ -88,6 +90,8 @@ def _details(r: dict[str, Any], verbose: bool = False) -> list[str]:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     import torch
+
+    from optimus_eq.demo import run_demo, warm_up_compiler
 
     if args.device == "cuda" and not torch.cuda.is_available():
         print("optimus-eq demo: --device cuda, but no CUDA device is available", file=sys.stderr)
@@ -203,13 +207,23 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def version() -> str:
+    """The installed distribution's version (``importlib.metadata``), or a note when it is not installed."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("optimus-eq")
+    except metadata.PackageNotFoundError:
+        return "(not installed: run from a source tree)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="optimus-eq",
         description="Remove split/cat/stack/unbind junk from PyTorch FX graphs (equality saturation "
         "or greedy), then compile with Inductor.",
-        epilog="Planned subcommands, not yet written: optimize, explain.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     demo = sub.add_parser(
@@ -282,13 +296,12 @@ def build_parser() -> argparse.ArgumentParser:
         "optimize(..., cost_model=GPUCostModel.from_calibration(path)). Needs the bench package "
         "(installed with the project).",
     )
+    calibrate.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
+    calibrate.add_argument("--out", default="calibration.json", help="JSON file to write (default calibration.json)")
+    calibrate.add_argument("--quick", action="store_true", help="few small sizes (a smoke run)")
+    calibrate.add_argument("--refit", metavar="JSON", default=None,
+                           help="measure nothing: recompute the constants from the samples of an earlier record")
     calibrate.set_defaults(func=cmd_calibrate)
-    try:
-        from optimus_bench.calibrate import add_arguments
-    except ImportError:  # the bench package is not installed: the subcommand says so when run
-        pass
-    else:
-        add_arguments(calibrate)
     return parser
 
 
