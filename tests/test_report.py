@@ -80,3 +80,30 @@ def test_the_report_says_how_the_plan_was_found():
     assert x["exact_components"] + x["bound_closed"] == x["components"]
     assert r.extractor == "ilp" and r.limits == []
     assert f"{x['choice_classes']} e-classes with a choice" in r.summary()
+
+
+class _Kept(torch.nn.Module):
+    """A Linear (its weight and bias are graph inputs, not ops), an op outside the vocabulary, and junk."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = torch.cumsum(self.lin(x), 1)                          # cumsum: not in the vocabulary
+        return torch.cat(torch.split(torch.tanh(h), 2, dim=1), 1)  # split -> cat round trip
+
+
+def test_left_opaque_counts_ops_not_inputs_or_parameters(strategy):
+    r = check(_Kept(), [rand(4, 8)], strategy).report
+    assert r.left_opaque == 1
+    assert list(r.kept_reasons.values()) == ["unsupported op cumsum"]
+
+
+def test_node_fates_read_both_strategies_the_same_way(strategy):
+    r = check(_Kept(), [rand(4, 8)], strategy).report
+    kinds = {name.rstrip("_0123456789"): fate for name, fate in r.node_fates.items()}
+    assert kinds["split"] == "removed" and kinds["tanh"] == "kept" and kinds["linear"] == "kept"
+    assert kinds["cat"] in ("removed", "rewritten")   # the cat's e-class is tanh's: computed by tanh's e-node
+    assert "cumsum" not in kinds                        # kept verbatim: in kept_reasons, not a translated term
+    assert r.fate_counts()["kept"] == 2
