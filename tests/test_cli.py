@@ -49,3 +49,106 @@ def test_lazy_core_names_still_resolve():
     assert {"Limits", "optimize", "Pattern"} <= set(dir(optimus_eq))
     with pytest.raises(AttributeError):
         optimus_eq.no_such_name
+
+
+MODEL = '''
+import torch
+from torch import nn
+
+
+class Fields(nn.Module):
+    """Per-field linears between split/cat round trips: junk to remove, linears to batch."""
+
+    def __init__(self, n=4, d=8):
+        super().__init__()
+        self.d = d
+        self.lins = nn.ModuleList(nn.Linear(d, d) for _ in range(n))
+
+    def forward(self, x):
+        parts = torch.split(x, self.d, dim=1)
+        h = torch.cat([torch.tanh(p) for p in parts], dim=1)
+        ys = [lin(p) for lin, p in zip(self.lins, torch.split(h, self.d, dim=1))]
+        return torch.cat(ys, dim=1)
+
+
+def make():
+    torch.manual_seed(0)
+    return Fields(), (torch.randn(3, 32),)
+
+
+def make_train():
+    model, inputs = make()
+    return model, inputs, lambda out: (out * out).sum()
+'''
+
+
+@pytest.fixture
+def model_file(tmp_path):
+    path = tmp_path / "user_model.py"
+    path.write_text(MODEL)
+    return path
+
+
+def test_optimize_runs_both_strategies_checks_eager_and_writes_code(model_file, tmp_path, capsys):
+    out = tmp_path / "out"
+    rc = main(["optimize", f"{model_file}:make", "--out", str(out), "--min-fuse-set-size", "2"])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    row = next(line for line in text.splitlines() if line.startswith("outputs equal eager"))
+    assert row.split()[-2:] == ["yes", "yes"]
+    junk = next(line for line in text.splitlines() if line.startswith("split/cat junk nodes")).split()
+    assert int(junk[-3]) > int(junk[-1]) and int(junk[-3]) > int(junk[-2])  # input, greedy, eqsat
+    assert sorted(p.name for p in out.iterdir()) == ["eqsat.py", "greedy.py", "input.py"]
+    assert "split(" in (out / "input.py").read_text()
+    for s in ("greedy", "eqsat"):
+        code = (out / f"{s}.py").read_text()
+        assert "split(" not in code and "bmm(" in code, code  # junk gone, the 4 linears batched
+
+
+def test_optimize_post_grad_training_step_checks_gradients(model_file, capsys):
+    rc = main(["optimize", f"{model_file}:make_train", "--level", "post_grad", "--strategies", "greedy", "-v"])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    assert "graph 0 forward" in text and "graph 0 backward" in text  # both AOTAutograd graphs optimized
+    assert "training step" in text
+
+
+def test_optimize_reports_a_wrong_result_as_failure(model_file, capsys, monkeypatch):
+    """A plan that changes values (simulated by a graph that adds 1) fails the check and the command."""
+    import optimus_eq
+
+    real = optimus_eq.optimize
+
+    def wrong(gm, inputs, **kw):
+        out, report = real(gm, inputs, **kw)
+        node = next(n for n in out.graph.nodes if n.op == "output")
+        value = node.args[0][0] if isinstance(node.args[0], (tuple, list)) else node.args[0]
+        with out.graph.inserting_before(node):
+            bumped = out.graph.call_function(torch_add, (value, 1.0))
+        node.args = ((bumped,),) if isinstance(node.args[0], (tuple, list)) else (bumped,)
+        out.recompile()
+        return out, report
+
+    import torch
+    torch_add = torch.add
+    monkeypatch.setattr(optimus_eq, "optimize", wrong)
+    rc = main(["optimize", f"{model_file}:make", "--strategies", "greedy"])
+    text = capsys.readouterr().out
+    assert rc == 1 and "differs from eager" in text and "FAILED" in text
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("no_colon.py", "expected FILE.py:FACTORY"),
+    ("missing.py:make", "no file"),
+    ("{model}:nothing", "has no callable 'nothing'"),
+])
+def test_optimize_bad_model_spec_says_why(model_file, capsys, spec, message):
+    rc = main(["optimize", spec.format(model=model_file)])
+    assert rc == 2 and message in capsys.readouterr().err
+
+
+def test_optimize_bad_option_fails_before_capture(model_file, capsys):
+    assert main(["optimize", f"{model_file}:make", "--strategies", "greedy,fast"]) == 2
+    assert "unknown strategy" in capsys.readouterr().err
+    assert main(["optimize", f"{model_file}:make", "--min-fuse-set-size", "0"]) == 2
+    assert "min_fuse_set_size" in capsys.readouterr().err
