@@ -76,6 +76,16 @@ def make():
     return Fields(), (torch.randn(3, 32),)
 
 
+class WithCumsum(Fields):
+    def forward(self, x):
+        return torch.cumsum(super().forward(x), 1)  # cumsum: outside the vocabulary
+
+
+def make_opaque():
+    torch.manual_seed(0)
+    return WithCumsum(), (torch.randn(3, 32),)
+
+
 def make_train():
     model, inputs = make()
     return model, inputs, lambda out: (out * out).sum()
@@ -152,3 +162,45 @@ def test_optimize_bad_option_fails_before_capture(model_file, capsys):
     assert "unknown strategy" in capsys.readouterr().err
     assert main(["optimize", f"{model_file}:make", "--min-fuse-set-size", "0"]) == 2
     assert "min_fuse_set_size" in capsys.readouterr().err
+
+
+def test_explain_names_patterns_source_lines_and_ops_left_alone(model_file, tmp_path, capsys):
+    page = tmp_path / "report" / "explain.html"
+    rc = main(["explain", f"{model_file}:make_opaque", "--strategies", "greedy", "--min-fuse-set-size", "2",
+               "--html", str(page)])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    doc = page.read_text()
+    # batch_linear is credited with the per-field linears, and the page shows their source line
+    assert "<b>batch_linear</b>" in doc
+    credited = doc[doc.index("<b>batch_linear</b>"):].split("</tr>")[0]
+    assert "ys = [lin(p) for lin, p in zip(self.lins, torch.split(h, self.d, dim=1))]" in credited
+    assert "user_model.py:" in credited and "linear_3" in credited
+    assert "unsupported op cumsum" in doc and "return torch.cumsum(super().forward(x), 1)" in doc
+    assert doc.count("<svg") == 2 and "src=" not in doc and "<script" not in doc  # before/after, self-contained
+    assert "batch_linear rewrote" in text and "left alone (1 op(s))" in text
+
+
+def test_explain_says_why_a_small_group_is_not_batched(model_file, tmp_path, capsys):
+    """With the default min_fuse_set_size of 5, the 4 linears are not batched, and the page says why."""
+    page = tmp_path / "explain.html"
+    assert main(["explain", f"{model_file}:make", "--strategies", "greedy", "--no-credits", "--html", str(page)]) == 0
+    text = capsys.readouterr().out
+    assert "not batched: 4 x linear" in text and "below min_fuse_set_size = 5" in text
+    assert "below min_fuse_set_size = 5" in page.read_text()
+
+
+def test_explain_draws_without_graphviz(model_file, monkeypatch):
+    from optimus_eq import explain, modelrun
+
+    monkeypatch.setattr(explain, "dot_available", lambda: False)
+    spec = modelrun.load_factory(f"{model_file}:make")
+    ex = explain.explain(spec, ["greedy"], credits=False)
+    assert ex.picture_method.startswith("built-in")
+    pictures = ex.graphs["greedy"][0].pictures
+    assert set(pictures) == {"before", "after"}
+    # every FX node of each graph is drawn once, removed ones in the "removed" colour
+    g = ex.graphs["greedy"][0].run
+    assert pictures["before"].count("<rect") == len(g.before.graph.nodes)
+    assert pictures["after"].count("<rect") == len(g.after.graph.nodes)
+    assert "#f4a6a6" in pictures["before"]

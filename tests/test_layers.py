@@ -38,6 +38,7 @@ PLACED = {
     "optimus_bridge.export": "facade",
     "optimus_eq.demo": "tools",
     "optimus_eq.modelrun": "tools",
+    "optimus_eq.explain": "tools",
     "optimus_eq.cli": "cli",
 }
 PACKAGE_LAYER = {"optimus_eq": "core", "optimus_greedy": "core", "optimus_bridge": "bridge", "optimus_bench": "tools"}
@@ -48,6 +49,7 @@ LAZY = {
     ("optimus_eq", "optimus_eq.patterns"): "PEP 562: `import optimus_eq` (and `optimus-eq --help`) loads no torch, no egglog",
     ("optimus_eq.cli", "optimus_eq.demo"): "the demo imports torch: `--help` stays under a second",
     ("optimus_eq.cli", "optimus_eq.modelrun"): "optimize/explain import torch: `--help` stays under a second",
+    ("optimus_eq.cli", "optimus_eq.explain"): "explain imports torch: `--help` stays under a second",
     # the bench and calibrate subcommands: the suite imports torch._inductor, and a checkout without bench/ on
     # the path gets a message from those two subcommands instead of a command line that does not start
     ("optimus_eq.cli", "optimus_bench.runner"): "optional subcommand",

@@ -327,6 +327,36 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def cmd_explain(args: argparse.Namespace) -> int:
+    loaded, code = _load_model(args, "explain")
+    if loaded is None:
+        return code
+    spec, strategies, options = loaded
+    from pathlib import Path
+
+    from optimus_eq import explain
+
+    print(f"optimus-eq explain {spec.name}: level {args.level}, strategies {', '.join(strategies)}"
+          + ("" if args.no_credits else "; crediting patterns: one more optimize per pattern that fired"), flush=True)
+    ex = explain.explain(spec, strategies, args.level, options, credits=not args.no_credits,
+                         pictures=not args.no_pictures, rtol=args.rtol, atol=args.atol,
+                         min_fuse_set_size=args.min_fuse_set_size or 5)
+    table = format_optimize_table(ex.runs)
+    print()
+    print(table)
+    print()
+    print(explain.to_text(ex))
+    path = Path(args.html)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(explain.to_html(ex, table))
+    print(f"\npictures: {ex.picture_method}")
+    print(f"wrote {path} (one self-contained HTML page)")
+    ok = all(r.outputs_match and not r.error for r in ex.runs)
+    if not ok:
+        print("FAILED: some strategy differs from eager or raised (see the page)")
+    return 0 if ok else 1
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     try:
         from optimus_bench.calibrate import run
@@ -412,6 +442,26 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance against eager (default 1e-4)")
     optimize.add_argument("-v", "--verbose", action="store_true", help="print each graph's report in full")
     optimize.set_defaults(func=cmd_optimize)
+
+    explain_p = sub.add_parser(
+        "explain",
+        help="what each strategy did to your model, by source line: text and one HTML page with graph pictures",
+        description="Run optimize's strategies on your model (FILE.py:FACTORY, as optimus-eq optimize) and "
+        "explain each graph: which pattern rewrote which source lines (a pattern is credited with an op when "
+        "leaving it out keeps the op as written), which ops were left alone and why (unsupported op, mutation, "
+        "symbolic size, ...), which batchable ops were not batched and why where known, and pictures of each "
+        "graph before and after (graphviz's dot when installed, else a built-in drawing). Writes one "
+        "self-contained HTML page.",
+    )
+    _model_arguments(explain_p)
+    explain_p.add_argument("--html", default="optimus-eq-explain.html", metavar="PATH",
+                           help="the HTML page to write (default optimus-eq-explain.html)")
+    explain_p.add_argument("--no-credits", action="store_true",
+                           help="skip the leave-one-out runs that credit patterns (faster on large graphs)")
+    explain_p.add_argument("--no-pictures", action="store_true", help="draw no graphs")
+    explain_p.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance against eager (default 1e-4)")
+    explain_p.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance against eager (default 1e-4)")
+    explain_p.set_defaults(func=cmd_explain)
 
     bench = sub.add_parser(
         "bench",

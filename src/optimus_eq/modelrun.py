@@ -131,12 +131,14 @@ def load_factory(spec: str) -> ModelSpec:
 class GraphRun:
     """One graph Dynamo (or AOTAutograd) handed the backend: as captured, as optimized, and the report.
 
-    ``name``: ``"graph 0"`` (pre-grad), ``"graph 0 forward"`` / ``"graph 0 backward"`` (post-grad)."""
+    ``name``: ``"graph 0"`` (pre-grad), ``"graph 0 forward"`` / ``"graph 0 backward"`` (post-grad);
+    ``example_inputs``: what the backend was handed with it (real tensors pre-grad, FakeTensors post-grad)."""
 
     name: str
     before: GraphModule
     after: GraphModule
     report: Report
+    example_inputs: list = field(default_factory=list)
 
 
 @dataclass
@@ -242,7 +244,7 @@ def _backend(strategy: str, level: str, graphs: list[GraphRun], options: dict) -
 
     def optimize(gm, example_inputs, name):
         after, report = optimus_eq.optimize(gm, list(example_inputs), strategy=strategy, level=level, **options)
-        graphs.append(GraphRun(name, gm, after, report))
+        graphs.append(GraphRun(name, gm, after, report, list(example_inputs)))
         return after
 
     if level == "pre_grad":
