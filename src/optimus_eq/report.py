@@ -13,8 +13,11 @@ class Report:
     Attributes:
         strategy: ``"none"``, ``"greedy"`` or ``"eqsat"``.
         level: the IR level optimized: ``"pre_grad"`` (Torch-IR) or ``"post_grad"`` (Aten-IR).
-        patterns_fired: pattern name -> firings (egglog matches of its rules; for canonical patterns,
-            nodes the translator normalized).
+        patterns_fired: pattern name -> firings: egglog matches of its rules summed over iterations (horizontal
+            patterns: groups added; canonical patterns: nodes the translator normalized). For greedy these are
+            rewrites applied (each replaces what it matched); for eqsat, alternatives offered, whether the
+            extracted plan uses them or not, so the figures do not compare across strategies: :attr:`node_fates`
+            does (``optimus-eq explain`` credits patterns by leaving each out).
         nodes_before, nodes_after: FX node counts (placeholders and output included).
         ops_before, ops_after: op kind (``"split"``, ``"cat"``, ``"tanh"``, ...) -> FX node count.
         egraph_nodes, egraph_classes: size of the e-graph after the search (term e-nodes, e-classes).
