@@ -25,6 +25,7 @@ from optimus_eq.egraph import EGraph, Limits, is_rust_panic
 from optimus_eq.extract import EGraphView, NoAcyclicTerm, extract, input_cost, no_gc
 from optimus_eq.horizontal import HorizontalContext, fuse_round
 from optimus_eq.horizontal.driver import pattern_options as horizontal_options
+from optimus_eq.logs import log_report
 from optimus_eq.options import option_notes, select_patterns
 from optimus_eq.patterns import DEFAULT_REGISTRY, PatternRegistry
 from optimus_eq.report import Report
@@ -158,6 +159,7 @@ def optimize(
     report.nodes_after = len(result.graph.nodes)
     for name, n in report.patterns_fired.items():
         _counters()[name] += n
+    log_report(report)
     last_reports.append(report)
     del last_reports[:-100]
     return result, report
