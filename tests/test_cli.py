@@ -204,3 +204,18 @@ def test_explain_draws_without_graphviz(model_file, monkeypatch):
     assert pictures["before"].count("<rect") == len(g.before.graph.nodes)
     assert pictures["after"].count("<rect") == len(g.after.graph.nodes)
     assert "#f4a6a6" in pictures["before"]
+
+
+def test_explain_names_dependencies_as_the_reason_a_chain_is_not_batched(tmp_path):
+    """Five linears of one shape in a chain: enough for min_fuse_set_size, but each needs the one before."""
+    path = tmp_path / "chain.py"
+    path.write_text("import torch\n\n"
+                    "def make():\n"
+                    "    torch.manual_seed(0)\n"
+                    "    return torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(5)]), (torch.randn(2, 8),)\n")
+    from optimus_eq import explain, modelrun
+
+    ex = explain.explain(modelrun.load_factory(f"{path}:make"), ["greedy"], credits=False, pictures=False)
+    ((kind, names, why),) = ex.graphs["greedy"][0].horizontal_misses
+    assert kind == "linear" and len(names) == 5
+    assert why.startswith("dependencies: the others depend on the first 1 independent one(s)"), why

@@ -62,7 +62,9 @@ def kept_reasons(tr: Translation, level: str = "pre_grad") -> dict[str, str]:
 
 
 def node_fates(tr: Translation, node_of: Mapping, nodes: Mapping, choice: Mapping) -> dict[str, str]:
-    """FX node name -> ``"kept"``, ``"rewritten"`` or ``"removed"`` for every translated op node.
+    """FX node name -> ``"kept"``, ``"rewritten"`` or ``"removed"`` for every op node not kept verbatim: the
+    translated ones by their term, the others (non-tensor values such as ``x.size()`` that no kept op reads,
+    so lowering drops them) ``"removed"``.
 
     Args:
         tr: the Translation of the input graph.
@@ -96,4 +98,7 @@ def node_fates(tr: Translation, node_of: Mapping, nodes: Mapping, choice: Mappin
         if n.op in OP_KINDS and n not in kept and n.name not in out:
             live = [t for t in tids if node_of.get(t) in choice]
             out[n.name] = "kept" if live and len(live) == len(tids) else ("rewritten" if live else "removed")
+    for n in tr.gm.graph.nodes:  # values no op needs any more (x.size() and its items, with static sizes)
+        if n.op in OP_KINDS and n not in kept and n.name not in out:
+            out[n.name] = "removed"
     return out

@@ -157,15 +157,50 @@ def horizontal_misses(g: GraphRun, level: str, min_fuse_set_size: int) -> list[t
         val = n.meta.get("example_value")
         groups[(kind, str(getattr(val, "dtype", None)), shapes)].append(n.name)
     out = []
+    ancestors = _ancestors(g.before) if len(g.before.graph.nodes) <= MAX_DEPENDENCY_NODES else None
     for (kind, dtype, shapes), names in groups.items():
+        free = independent_subset(names, ancestors) if ancestors is not None else names
         if len(names) < min_fuse_set_size:
             why = (f"{len(names)} op(s) of this op, dtype and input shapes: below min_fuse_set_size = "
                    f"{min_fuse_set_size}")
+        elif len(free) < min_fuse_set_size:
+            why = (f"dependencies: the others depend on the first {len(free)} independent one(s) "
+                   f"({', '.join(free)}; Optimus' greedy independent subset, in graph order), below "
+                   f"min_fuse_set_size = {min_fuse_set_size}")
         else:
-            why = ("not batched for a reason not read here: dependencies between members, the cost model, or "
-                   "key parts FX meta does not give (weights, devices)")
+            why = ("not batched for a reason not read here: the cost model, or key parts FX meta does not give "
+                   "(weights' shapes, devices, gradient signatures)")
         out.append((kind, names, why))
     return out
+
+
+#: graphs larger than this get no dependency reasons (one ancestor bitset per node)
+MAX_DEPENDENCY_NODES = 20_000
+
+
+def _ancestors(gm: GraphModule) -> dict[str, int]:
+    """Node name -> bitset (int) of its ancestors, by index in graph order."""
+    index, anc = {}, {}
+    for i, n in enumerate(gm.graph.nodes):
+        index[n.name] = i
+        bits = 0
+        for a in n.all_input_nodes:
+            bits |= anc[a.name] | (1 << index[a.name])
+        anc[n.name] = bits
+    anc["__index__"] = index  # type: ignore[assignment]
+    return anc
+
+
+def independent_subset(names: list[str], ancestors: dict) -> list[str]:
+    """The members, in graph order, that no earlier chosen member reaches or is reached by (Optimus' greedy
+    independent subset): a path between two ops means one needs the other's value, so they cannot run as one
+    batched op."""
+    index = ancestors["__index__"]
+    chosen: list[str] = []
+    for n in sorted(names, key=index.__getitem__):
+        if all(not (ancestors[n] >> index[c]) & 1 and not (ancestors[c] >> index[n]) & 1 for c in chosen):
+            chosen.append(n)
+    return chosen
 
 
 # -- pictures -------------------------------------------------------------------------------------------------
