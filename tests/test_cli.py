@@ -37,7 +37,7 @@ def test_help_lists_every_subcommand(capsys):
         main(["--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
-    for name in ("demo", "bench", "calibrate"):
+    for name in ("demo", "optimize", "explain", "bench", "calibrate"):
         assert name in out
 
 
@@ -178,6 +178,7 @@ def test_explain_names_patterns_source_lines_and_ops_left_alone(model_file, tmp_
     assert "user_model.py:" in credited and "linear_3" in credited
     assert "unsupported op cumsum" in doc and "return torch.cumsum(super().forward(x), 1)" in doc
     assert doc.count("<svg") == 2 and "src=" not in doc and "<script" not in doc  # before/after, self-contained
+    assert "framed by the pattern credited:" in doc and ">batch_linear</span>" in doc   # the groups' colours
     assert "batch_linear rewrote" in text and "left alone (1 op(s))" in text
 
 

@@ -15,7 +15,8 @@ For each strategy and each captured graph (:mod:`optimus_eq.modelrun`):
   FX meta gives cheaply); a group smaller than ``min_fuse_set_size`` is named as the reason, otherwise the
   reason is not known here (dependencies between members, the cost model, other key parts: weights' shapes,
   devices).
-* **Pictures** of each graph before (ops coloured by what became of them) and after (ops coloured by kind):
+* **Pictures** of each graph before (ops coloured by what became of them, framed in the colour of the pattern
+  credited with them) and after (ops coloured by kind):
   SVG from graphviz's ``dot`` when the ``graphviz`` Python package and the ``dot`` program are installed, else
   a simple layered drawing of our own (:func:`layered_svg`); graphs over :data:`MAX_PICTURE_NODES` nodes are
   not drawn.
@@ -88,6 +89,7 @@ class GraphExplanation:
         horizontal_misses: ``(op kind, member names, reason)`` per group of batchable ops kept as written.
         sources: op name -> its :class:`SourceLine` (where known).
         pictures: ``"before"`` / ``"after"`` -> SVG text (absent when not drawn).
+        pattern_colours: pattern -> the border colour of its credited ops in the before picture.
     """
 
     run: GraphRun
@@ -97,6 +99,7 @@ class GraphExplanation:
     horizontal_misses: list[tuple[str, list[str], str]] = field(default_factory=list)
     sources: dict[str, SourceLine] = field(default_factory=dict)
     pictures: dict[str, str] = field(default_factory=dict)
+    pattern_colours: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -208,7 +211,24 @@ def independent_subset(names: list[str], ancestors: dict) -> list[str]:
 def _label(n: Node) -> str:
     if n.op in ("placeholder", "output"):
         return n.name if len(n.name) <= 28 else n.name[:12] + "..." + n.name[-12:]
-    return f"{n.name}\n{op_kind(n)}"
+    kind = op_kind(n)
+    return n.name if n.name.rstrip("_0123456789") == kind else f"{n.name}\n{kind}"
+
+
+#: border colours of the patterns credited with the ops of a before picture, in order of the patterns' names
+PATTERN_COLOURS = ("#1f77b4", "#2ca02c", "#9467bd", "#d62728", "#17becf", "#bcbd22", "#e377c2", "#8c564b",
+                   "#ff7f0e", "#7f7f7f")
+
+
+def pattern_borders(credits: dict[str, list[str]]) -> tuple[dict[str, str], dict[str, str]]:
+    """``(op name -> border colour, pattern -> colour)``: each credited op framed in its pattern's colour (the
+    first pattern by name where several are credited)."""
+    legend = {p: PATTERN_COLOURS[i % len(PATTERN_COLOURS)] for i, p in enumerate(sorted(credits))}
+    borders: dict[str, str] = {}
+    for p in sorted(credits):
+        for n in credits[p]:
+            borders.setdefault(n, legend[p])
+    return borders, legend
 
 
 def _after_colour(n: Node) -> str:
@@ -240,7 +260,7 @@ def dot_available() -> bool:
     return shutil.which("dot") is not None
 
 
-def dot_svg(gm: GraphModule, colours: dict[str, str]) -> str:
+def dot_svg(gm: GraphModule, colours: dict[str, str], borders: dict[str, str] | None = None) -> str:
     """The graph drawn by graphviz's ``dot`` as SVG text (needs :func:`dot_available`)."""
     import graphviz
 
@@ -248,14 +268,15 @@ def dot_svg(gm: GraphModule, colours: dict[str, str]) -> str:
                          node_attr={"shape": "box", "style": "filled,rounded", "fontname": "Helvetica",
                                     "fontsize": "9"})
     for n in gm.graph.nodes:
-        g.node(n.name, _label(n), fillcolor=colours.get(n.name, "#ffffff"))
+        frame = {"color": borders[n.name], "penwidth": "3"} if borders and n.name in borders else {}
+        g.node(n.name, _label(n), fillcolor=colours.get(n.name, "#ffffff"), **frame)
         for a in n.all_input_nodes:
             g.edge(a.name, n.name)
     svg = g.pipe(format="svg").decode()
     return svg[svg.index("<svg"):]
 
 
-def layered_svg(gm: GraphModule, colours: dict[str, str]) -> str:
+def layered_svg(gm: GraphModule, colours: dict[str, str], borders: dict[str, str] | None = None) -> str:
     """A simple drawing without graphviz: a node's row is its longest path from an input, nodes in a row in
     graph order, straight edges. Readable for the small graphs ``explain`` is for."""
     nodes = list(gm.graph.nodes)
@@ -283,8 +304,10 @@ def layered_svg(gm: GraphModule, colours: dict[str, str]) -> str:
                          'stroke="#888" stroke-width="0.8"/>')
     for n in nodes:
         x, y = pos[n]
-        parts.append(f'<rect x="{x:.0f}" y="{y:.0f}" width="{w}" height="{h}" rx="4" fill="{colours.get(n.name, "#fff")}" '
-                     'stroke="#555"/>')
+        stroke = (f'stroke="{borders[n.name]}" stroke-width="3"' if borders and n.name in borders
+                  else 'stroke="#555"')
+        parts.append(f'<rect x="{x:.0f}" y="{y:.0f}" width="{w}" height="{h}" rx="4" '
+                     f'fill="{colours.get(n.name, "#fff")}" {stroke}/>')
         for k, text in enumerate(_label(n).split("\n")):
             parts.append(f'<text x="{x + w / 2:.0f}" y="{y + 13 + 11 * k:.0f}" text-anchor="middle">'
                          f'{html.escape(text[:30])}</text>')
@@ -292,11 +315,11 @@ def layered_svg(gm: GraphModule, colours: dict[str, str]) -> str:
     return "\n".join(parts)
 
 
-def draw(gm: GraphModule, colours: dict[str, str], use_dot: bool) -> str | None:
+def draw(gm: GraphModule, colours: dict[str, str], use_dot: bool, borders: dict[str, str] | None = None) -> str | None:
     """SVG text of ``gm`` (dot or the built-in layout), or None for graphs over :data:`MAX_PICTURE_NODES`."""
     if len(gm.graph.nodes) > MAX_PICTURE_NODES:
         return None
-    return dot_svg(gm, colours) if use_dot else layered_svg(gm, colours)
+    return dot_svg(gm, colours, borders) if use_dot else layered_svg(gm, colours, borders)
 
 
 # -- the whole explanation ------------------------------------------------------------------------------------
@@ -331,10 +354,12 @@ def explain(spec: ModelSpec, strategies: list[str], level: str = "pre_grad", opt
                 e.uncredited = [n for n, f in g.report.node_fates.items() if f != "kept"]
             e.horizontal_misses = horizontal_misses(g, level, min_fuse_set_size)
             if pictures:
-                for which, gm, colours in (
-                        ("before", g.before, picture_colours(g.before, g.report.node_fates, g.report.kept_reasons)),
-                        ("after", g.after, picture_colours(g.after, None, None))):
-                    svg = draw(gm, colours, use_dot)
+                borders, e.pattern_colours = pattern_borders(e.credits)
+                for which, gm, colours, frame in (
+                        ("before", g.before, picture_colours(g.before, g.report.node_fates, g.report.kept_reasons),
+                         borders),
+                        ("after", g.after, picture_colours(g.after, None, None), None)):
+                    svg = draw(gm, colours, use_dot, frame)
                     if svg:
                         e.pictures[which] = svg
             graphs[s].append(e)
@@ -438,7 +463,10 @@ def to_html(ex: Explanation, summary_table: str = "") -> str:
                 parts.append("<p>Horizontal candidates not batched:</p>" + _table(["op", "members", "why"], [
                     [esc(k), esc(", ".join(ns)), esc(why)] for k, ns, why in e.horizontal_misses]))
             if e.pictures:
-                parts.append(legend + "<div class='pictures'>" + "".join(
+                frames = "".join(f"<span style='border:3px solid {c}'>{esc(p)}</span>"
+                                 for p, c in e.pattern_colours.items())
+                parts.append(legend + (f"<p class='legend'>framed by the pattern credited: {frames}</p>" if frames
+                                       else "") + "<div class='pictures'>" + "".join(
                     f"<figure><figcaption>{which}</figcaption>{svg}</figure>" for which, svg in e.pictures.items())
                     + "</div>")
             elif len(e.run.before.graph.nodes) > MAX_PICTURE_NODES:
