@@ -220,3 +220,36 @@ def test_explain_names_dependencies_as_the_reason_a_chain_is_not_batched(tmp_pat
     ((kind, names, why),) = ex.graphs["greedy"][0].horizontal_misses
     assert kind == "linear" and len(names) == 5
     assert why.startswith("dependencies: the others depend on the first 1 independent one(s)"), why
+
+
+def test_explain_lists_an_alternative_eqsat_did_not_choose(tmp_path):
+    """A user pattern that makes the plan dearer (README, "Adding a pattern"): greedy applies it and is credited
+    with the subs; eqsat offers it, extraction keeps the subs, and explain lists it as matched but unused."""
+    path = tmp_path / "subs.py"
+    path.write_text("import torch\n\n"
+                    "class Subs(torch.nn.Module):\n"
+                    "    def forward(self, a, b, c, d):\n"
+                    "        return torch.sub(a, b, alpha=2).relu(), torch.sub(c, d, alpha=2).relu()\n\n"
+                    "def make():\n"
+                    "    torch.manual_seed(0)\n"
+                    "    return Subs(), tuple(torch.randn(8, 4) for _ in range(4))\n")
+    from optimus_eq import explain, modelrun
+    from optimus_eq.horizontal import builders
+    from optimus_eq.patterns import DEFAULT_REGISTRY, HorizontalPattern, PatternRegistry
+
+    def sub_key(m):
+        if m.recipe.name != "sub" or m.op != "Binary" or any(s != m.shape for s in m.in_shapes):
+            return None
+        return ("sub", m.signature, m.types, m.shape)
+
+    registry = PatternRegistry()
+    for pattern in DEFAULT_REGISTRY:
+        registry.register(pattern)
+    registry.register(HorizontalPattern(name="batch_sub", levels=("pre_grad",), doc="subs batched", group_key=sub_key,
+                                        build=builders.build_pointwise, options={"min_fuse_set_size": 2}))
+    ex = explain.explain(modelrun.load_factory(f"{path}:make"), ["greedy", "eqsat"], options={"registry": registry},
+                         pictures=False)
+    greedy, eqsat = ex.graphs["greedy"][0], ex.graphs["eqsat"][0]
+    assert sorted(greedy.credits["batch_sub"]) == ["sub", "sub_1"]
+    assert "batch_sub" in eqsat.unused and "batch_sub" not in eqsat.credits
+    assert eqsat.run.report.cost_after < greedy.run.report.cost_after

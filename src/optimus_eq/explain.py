@@ -85,6 +85,8 @@ class GraphExplanation:
     Attributes:
         credits: pattern -> names of the input ops it is credited with (leave-one-out).
         uncredited: input ops rewritten or removed that no single pattern's absence keeps.
+        unused: patterns that matched (``patterns_fired``) but are credited with no op: for eqsat, alternatives
+            extraction did not choose (or rewrites another pattern also makes); empty without credits.
         left_alone: op name -> why it was kept verbatim.
         horizontal_misses: ``(op kind, member names, reason)`` per group of batchable ops kept as written.
         sources: op name -> its :class:`SourceLine` (where known).
@@ -100,6 +102,7 @@ class GraphExplanation:
     sources: dict[str, SourceLine] = field(default_factory=dict)
     pictures: dict[str, str] = field(default_factory=dict)
     pattern_colours: dict[str, str] = field(default_factory=dict)
+    unused: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -115,16 +118,17 @@ class Explanation:
     min_fuse_set_size: int
 
 
-def _default_patterns(level: str) -> list[str]:
-    return [p.name for p in DEFAULT_REGISTRY if level in p.levels]
+def _patterns(level: str, options: dict) -> list[str]:
+    """The patterns ``optimize`` runs by default at ``level`` (those of ``options["registry"]`` if given)."""
+    return [p.name for p in options.get("registry", DEFAULT_REGISTRY) if level in p.levels]
 
 
 def attribute(g: GraphRun, strategy: str, level: str, options: dict) -> tuple[dict[str, list[str]], list[str]]:
     """Leave-one-out credits (module docstring): ``(pattern -> op names, uncredited op names)``."""
     fates = g.report.node_fates
     changed = [n for n, f in fates.items() if f != "kept"]
-    chosen = _default_patterns(level)
-    canonical = {p.name for p in DEFAULT_REGISTRY if p.kind == "canonical"}
+    chosen = _patterns(level, options)
+    canonical = {p.name for p in options.get("registry", DEFAULT_REGISTRY) if p.kind == "canonical"}
     credits: dict[str, list[str]] = {}
     for pattern in sorted(p for p, n in g.report.patterns_fired.items() if n and p not in canonical and p in chosen):
         rest = [p for p in chosen if p != pattern]
@@ -350,6 +354,9 @@ def explain(spec: ModelSpec, strategies: list[str], level: str = "pre_grad", opt
             e.sources = {n.name: src for n in g.before.graph.nodes if (src := source_of(n))}
             if credits and s != "none" and not g.report.fallback:
                 e.credits, e.uncredited = attribute(g, s, level, options)
+                canonical = {p.name for p in DEFAULT_REGISTRY if p.kind == "canonical"}
+                e.unused = sorted(p for p, n in g.report.patterns_fired.items()
+                                  if n and p not in e.credits and p not in canonical)
             else:
                 e.uncredited = [n for n, f in g.report.node_fates.items() if f != "kept"]
             e.horizontal_misses = horizontal_misses(g, level, min_fuse_set_size)
@@ -375,6 +382,9 @@ def _by_line(names: list[str], sources: dict[str, SourceLine]) -> list[tuple[str
     return [(str(k), lines[k]) for k in known] + ([("(no source line)", lines[None])] if None in lines else [])
 
 
+_UNUSED = "alternatives extraction did not choose, or rewrites another pattern also makes"
+
+
 def to_text(ex: Explanation) -> str:
     """The explanation as plain text (what the command prints)."""
     out = []
@@ -390,6 +400,8 @@ def to_text(ex: Explanation) -> str:
             if e.uncredited:
                 out.append(f"  more than one pattern (or not credited) rewrote {len(e.uncredited)} op(s):")
                 out.extend(f"    {line}    [{', '.join(ns)}]" for line, ns in _by_line(e.uncredited, e.sources))
+            if e.unused:
+                out.append(f"  matched but credited with no op ({_UNUSED}): {', '.join(e.unused)}")
             if e.left_alone:
                 out.append(f"  left alone ({len(e.left_alone)} op(s)):")
                 out.extend(f"    {n}: {why}" + (f"    at {e.sources[n]}" if n in e.sources else "")
@@ -455,6 +467,9 @@ def to_html(ex: Explanation, summary_table: str = "") -> str:
                                          for line, ns in _by_line(e.uncredited, e.sources))])
             if rows:
                 parts.append("<p>Which pattern rewrote which source lines:</p>" + _table(["pattern", "source lines [ops]"], rows))
+            if e.unused:
+                parts.append(f"<p>Matched but credited with no op ({esc(_UNUSED)}): "
+                             + ", ".join(f"<code>{esc(p)}</code>" for p in e.unused) + "</p>")
             if e.left_alone:
                 parts.append("<p>Left alone:</p>" + _table(["op", "why", "source"], [
                     [f"<code>{esc(n)}</code>", esc(why), f"<code>{esc(str(e.sources.get(n, '')))}</code>"]
