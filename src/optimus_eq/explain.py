@@ -21,8 +21,10 @@ For each strategy and each captured graph (:mod:`optimus_eq.modelrun`):
   a simple layered drawing of our own (:func:`layered_svg`); graphs over :data:`MAX_PICTURE_NODES` nodes are
   not drawn.
 
-Not done: eqsat's alternatives that extraction did not choose, and by how much they lost (the e-graph is closed
-when ``optimize`` returns).
+* **Patterns that matched but are credited with nothing** (for eqsat: alternatives extraction did not choose),
+  with what each does alone to the input graph under the cost model (:func:`alone_cost`: how much it loses, or
+  that it saves and another pattern makes the same rewrite). Alternatives inside the e-graph are not listed
+  one by one (the e-graph is closed when ``optimize`` returns).
 """
 
 from __future__ import annotations
@@ -85,8 +87,9 @@ class GraphExplanation:
     Attributes:
         credits: pattern -> names of the input ops it is credited with (leave-one-out).
         uncredited: input ops rewritten or removed that no single pattern's absence keeps.
-        unused: patterns that matched (``patterns_fired``) but are credited with no op: for eqsat, alternatives
-            extraction did not choose (or rewrites another pattern also makes); empty without credits.
+        unused: pattern -> what applying it alone would do, for the patterns that matched (``patterns_fired``)
+            but are credited with no op (for eqsat: alternatives extraction did not choose, or rewrites another
+            pattern also makes): :func:`alone_cost`'s text; empty without credits.
         left_alone: op name -> why it was kept verbatim.
         horizontal_misses: ``(op kind, member names, reason)`` per group of batchable ops kept as written.
         sources: op name -> its :class:`SourceLine` (where known).
@@ -102,7 +105,7 @@ class GraphExplanation:
     sources: dict[str, SourceLine] = field(default_factory=dict)
     pictures: dict[str, str] = field(default_factory=dict)
     pattern_colours: dict[str, str] = field(default_factory=dict)
-    unused: list[str] = field(default_factory=list)
+    unused: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -144,6 +147,29 @@ def attribute(g: GraphRun, strategy: str, level: str, options: dict) -> tuple[di
             credits[pattern] = got
     credited = {n for names in credits.values() for n in names}
     return credits, [n for n in changed if n not in credited]
+
+
+def alone_cost(g: GraphRun, pattern: str, level: str, options: dict) -> str:
+    """What ``pattern`` alone does to the input graph under the cost model: greedy (which applies every match)
+    with the canonical patterns and ``pattern``, against greedy with the canonical patterns only. A pattern
+    eqsat offered and did not choose shows here how much it loses; one that saves alone was left out because
+    another pattern makes the same rewrite."""
+    registry = options.get("registry", DEFAULT_REGISTRY)
+    canonical = [p.name for p in registry if p.kind == "canonical" and level in p.levels]
+    opts = {k: v for k, v in options.items() if k != "pattern_options"}
+    costs = []
+    for chosen in (canonical, canonical + [pattern]):
+        mine = {k: v for k, v in options.get("pattern_options", {}).items() if k in chosen}
+        _, r = optimus_eq.optimize(g.before, list(g.example_inputs), strategy="greedy", level=level,
+                                   patterns=chosen, **opts, **({"pattern_options": mine} if mine else {}))
+        if r.fallback or r.cost_after is None:
+            return "not measured (the optimizer fell back)"
+        costs.append(r.cost_after)
+    delta = costs[1] - costs[0]
+    if delta > 0:
+        return f"applied alone it costs {delta:.1f} us more ({costs[0]:.1f} -> {costs[1]:.1f} us, cost model)"
+    return (f"applied alone it saves {-delta:.1f} us ({costs[0]:.1f} -> {costs[1]:.1f} us): another pattern makes "
+            "the same rewrite")
 
 
 def horizontal_misses(g: GraphRun, level: str, min_fuse_set_size: int) -> list[tuple[str, list[str], str]]:
@@ -355,8 +381,9 @@ def explain(spec: ModelSpec, strategies: list[str], level: str = "pre_grad", opt
             if credits and s != "none" and not g.report.fallback:
                 e.credits, e.uncredited = attribute(g, s, level, options)
                 canonical = {p.name for p in DEFAULT_REGISTRY if p.kind == "canonical"}
-                e.unused = sorted(p for p, n in g.report.patterns_fired.items()
-                                  if n and p not in e.credits and p not in canonical)
+                unused = sorted(p for p, n in g.report.patterns_fired.items()
+                                if n and p not in e.credits and p not in canonical)
+                e.unused = {p: alone_cost(g, p, level, options) for p in unused}
             else:
                 e.uncredited = [n for n, f in g.report.node_fates.items() if f != "kept"]
             e.horizontal_misses = horizontal_misses(g, level, min_fuse_set_size)
@@ -401,7 +428,8 @@ def to_text(ex: Explanation) -> str:
                 out.append(f"  more than one pattern (or not credited) rewrote {len(e.uncredited)} op(s):")
                 out.extend(f"    {line}    [{', '.join(ns)}]" for line, ns in _by_line(e.uncredited, e.sources))
             if e.unused:
-                out.append(f"  matched but credited with no op ({_UNUSED}): {', '.join(e.unused)}")
+                out.append(f"  matched but credited with no op ({_UNUSED}):")
+                out.extend(f"    {p}: {what}" for p, what in e.unused.items())
             if e.left_alone:
                 out.append(f"  left alone ({len(e.left_alone)} op(s)):")
                 out.extend(f"    {n}: {why}" + (f"    at {e.sources[n]}" if n in e.sources else "")
@@ -468,8 +496,9 @@ def to_html(ex: Explanation, summary_table: str = "") -> str:
             if rows:
                 parts.append("<p>Which pattern rewrote which source lines:</p>" + _table(["pattern", "source lines [ops]"], rows))
             if e.unused:
-                parts.append(f"<p>Matched but credited with no op ({esc(_UNUSED)}): "
-                             + ", ".join(f"<code>{esc(p)}</code>" for p in e.unused) + "</p>")
+                parts.append(f"<p>Matched but credited with no op ({esc(_UNUSED)}):</p>"
+                             + _table(["pattern", "alone"], [[f"<code>{esc(p)}</code>", esc(what)]
+                                                             for p, what in e.unused.items()]))
             if e.left_alone:
                 parts.append("<p>Left alone:</p>" + _table(["op", "why", "source"], [
                     [f"<code>{esc(n)}</code>", esc(why), f"<code>{esc(str(e.sources.get(n, '')))}</code>"]
