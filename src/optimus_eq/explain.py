@@ -166,6 +166,8 @@ def alone_cost(g: GraphRun, pattern: str, level: str, options: dict) -> str:
             return "not measured (the optimizer fell back)"
         costs.append(r.cost_after)
     delta = costs[1] - costs[0]
+    if abs(delta) <= 1e-6 * max(1.0, costs[0]):
+        return f"applied alone it leaves the cost at {costs[0]:.1f} us (it rewrites what other patterns leave)"
     if delta > 0:
         return f"applied alone it costs {delta:.1f} us more ({costs[0]:.1f} -> {costs[1]:.1f} us, cost model)"
     return (f"applied alone it saves {-delta:.1f} us ({costs[0]:.1f} -> {costs[1]:.1f} us): another pattern makes "
