@@ -161,7 +161,27 @@ def test_optimize_bad_option_fails_before_capture(model_file, capsys):
     assert main(["optimize", f"{model_file}:make", "--strategies", "greedy,fast"]) == 2
     assert "unknown strategy" in capsys.readouterr().err
     assert main(["optimize", f"{model_file}:make", "--min-fuse-set-size", "0"]) == 2
-    assert "min_fuse_set_size" in capsys.readouterr().err
+    assert "--min-fuse-set-size must be at least 1" in capsys.readouterr().err
+
+
+def test_demo_says_when_its_fields_are_too_few_to_batch(monkeypatch, capsys):
+    """`optimus-eq demo --fields 4` batches no Linear (min_fuse_set_size 5): it says so, and passes a lower
+    --min-fuse-set-size to our strategies (run_demo replaced here: no Inductor compile in this test)."""
+    from optimus_eq import demo
+
+    seen = {}
+
+    def fake_run_demo(strategy, device, **kw):
+        seen[strategy] = kw.get("options")
+        return {"strategy": strategy, "outputs_match": True, "graphs": 1}
+
+    monkeypatch.setattr(demo, "run_demo", fake_run_demo)
+    monkeypatch.setattr(demo, "warm_up_compiler", lambda device: 0.0)
+    assert main(["demo", "--fields", "4"]) == 0
+    assert "4 fields < min_fuse_set_size = 5" in capsys.readouterr().out
+    assert main(["demo", "--fields", "4", "--min-fuse-set-size", "2", "--strategy", "eqsat"]) == 0
+    assert "fields < min_fuse_set_size" not in capsys.readouterr().out
+    assert seen["eqsat"]["pattern_options"]["batch_linear"] == {"min_fuse_set_size": 2}
 
 
 def test_explain_names_patterns_source_lines_and_ops_left_alone(model_file, tmp_path, capsys):

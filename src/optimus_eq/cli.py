@@ -103,6 +103,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"device {args.device}, strategies: {', '.join(strategies)}",
         flush=True,
     )
+    options = {}
+    if args.min_fuse_set_size is not None:
+        from optimus_eq.modelrun import horizontal_options
+
+        options = horizontal_options("pre_grad", args.min_fuse_set_size)
+    if args.fields < (args.min_fuse_set_size or 5):
+        print(f"note: {args.fields} fields < min_fuse_set_size = {args.min_fuse_set_size or 5}: the per-field Linear "
+              "and LayerNorm are not batched (--min-fuse-set-size N lowers it)", flush=True)
     print("== warming up Dynamo and Inductor (one tiny compile, so that no strategy pays the one-time "
           "start-up costs) ...", flush=True)
     print(f"   done in {warm_up_compiler(args.device):.1f} s", flush=True)
@@ -119,6 +127,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 iters=args.iters,
                 warmup=args.warmup,
                 fresh_cache=not args.warm_cache,
+                options=options if strategy in ("greedy", "eqsat") else None,
             )
         )
     print()
@@ -417,6 +426,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--warmup", type=int, default=3, help="untimed runs before timing (default 3)")
     demo.add_argument("--warm-cache", action="store_true",
                       help="reuse Inductor's on-disk cache (faster; compile times are then not cold)")
+    demo.add_argument("--min-fuse-set-size", type=int, default=None, metavar="N",
+                      help="smallest group horizontal fusion batches (default 5, as Optimus: fewer fields than "
+                      "that batch no Linear)")
     demo.add_argument("-v", "--verbose", action="store_true", help="print each optimizer report in full")
     demo.set_defaults(func=cmd_demo)
 
@@ -523,9 +535,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    for name in ("fields", "dim", "batch", "iters"):
-        if getattr(args, name, 1) < 1:
-            print(f"optimus-eq: --{name} must be at least 1", file=sys.stderr)
+    for name in ("fields", "dim", "batch", "iters", "min_fuse_set_size"):
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            print(f"optimus-eq: --{name.replace('_', '-')} must be at least 1", file=sys.stderr)
             return 2
     return args.func(args)
 
