@@ -86,6 +86,18 @@ def make_opaque():
     return WithCumsum(), (torch.randn(3, 32),)
 
 
+class WithBreak(Fields):
+    def forward(self, x):
+        h = super().forward(x)
+        torch._dynamo.graph_break()
+        return torch.cat([torch.relu(p) for p in torch.split(h, 8, dim=1)], dim=1)
+
+
+def make_break():
+    torch.manual_seed(0)
+    return WithBreak(), (torch.randn(3, 32),)
+
+
 def make_train():
     model, inputs = make()
     return model, inputs, lambda out: (out * out).sum()
@@ -274,3 +286,12 @@ def test_explain_lists_an_alternative_eqsat_did_not_choose(tmp_path):
     assert "batch_sub" not in eqsat.credits
     assert eqsat.unused["batch_sub"].startswith("applied alone it costs 23.3 us more"), eqsat.unused  # one launch
     assert eqsat.run.report.cost_after < greedy.run.report.cost_after
+
+
+def test_optimize_covers_every_graph_of_a_graph_break(model_file, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["optimize", f"{model_file}:make_break", "--strategies", "greedy", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert next(line for line in text.splitlines() if line.startswith("graphs captured")).split()[-2:] == ["2", "2"]
+    code = (out / "greedy.py").read_text()
+    assert "# graph 0 (pre_grad), strategy greedy" in code and "# graph 1 (pre_grad), strategy greedy" in code
