@@ -102,17 +102,18 @@ def load_factory(spec: str) -> ModelSpec:
     mod_spec = importlib.util.spec_from_file_location(name, file)
     module = importlib.util.module_from_spec(mod_spec)
     sys.modules[name] = module  # dataclasses, pickling and Dynamo's source lookups find it
-    sys.path.insert(0, str(file.resolve().parent))  # the file's own imports of its neighbours
+    folder = str(file.resolve().parent)
+    sys.path.insert(0, folder)  # the file's imports of its neighbours, at the top or inside the factory
     try:
         mod_spec.loader.exec_module(module)
+        fn = getattr(module, factory, None)
+        if not callable(fn):
+            found = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_")
+                           and getattr(v, "__module__", None) == name)
+            raise ValueError(f"{spec!r}: {file} has no callable {factory!r}; its functions and classes: {found}")
+        got = fn()
     finally:
-        sys.path.remove(str(file.resolve().parent))
-    fn = getattr(module, factory, None)
-    if not callable(fn):
-        found = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_")
-                       and getattr(v, "__module__", None) == name)
-        raise ValueError(f"{spec!r}: {file} has no callable {factory!r}; its functions and classes: {found}")
-    got = fn()
+        sys.path.remove(folder)
     if not isinstance(got, (tuple, list)) or len(got) not in (2, 3):
         raise ValueError(f"{spec!r}: {factory}() must return (model, example_inputs) or (model, example_inputs, "
                          f"loss), got {type(got).__name__}")
