@@ -293,7 +293,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         run = run_strategy(spec, s, args.level, rtol=args.rtol, atol=args.atol, options=options,
                            expected=expected)
         if args.kernels:
-            print(f"   counting kernels (Inductor compile) ...", flush=True)
+            print("   counting kernels (Inductor compile) ...", flush=True)
             run.kernels = count_compiled_kernels(spec, s, args.level, options)
         runs.append(run)
     baseline = None
