@@ -107,3 +107,25 @@ def test_node_fates_read_both_strategies_the_same_way(strategy):
     assert kinds["cat"] in ("removed", "rewritten")   # the cat's e-class is tanh's: computed by tanh's e-node
     assert "cumsum" not in kinds                        # kept verbatim: in kept_reasons, not a translated term
     assert r.fate_counts()["kept"] == 2
+
+
+def _effects(x):
+    h = x * 2
+    h.add_(1.0)                    # in-place: kept, and what reads h after it
+    with torch.no_grad():          # a grad-mode region: kept in order
+        g = torch.tanh(x * 3)
+    return h + 1, g
+
+
+def test_kept_reasons_name_in_place_ops_readers_and_grad_mode_regions():
+    x = rand(4, 8).requires_grad_()
+    gm, inputs = dynamo_graph(_effects, x)
+    _, r = optimus_eq.optimize(gm, inputs, strategy="greedy")
+    from optimus_eq.explain import source_of
+
+    by_line = {source_of(n).code: r.kept_reasons[n.name] for n in gm.graph.nodes
+               if n.name in r.kept_reasons and source_of(n)}
+    assert by_line["h.add_(1.0)                    # in-place: kept, and what reads h after it"] == "in-place op"
+    assert by_line["g = torch.tanh(x * 3)"] == "grad-mode/autocast region (kept in order)"
+    assert by_line["return h + 1, g"] == "touches a mutated tensor or a user-visible alias"
+    assert r.left_opaque == len(r.kept_reasons)

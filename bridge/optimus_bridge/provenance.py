@@ -16,6 +16,7 @@ import torch
 from torch.fx import Node
 
 from optimus_bridge import aten_vocab, vocab
+from optimus_bridge.effects import changes_global_state, is_mutation
 from optimus_bridge.translate import Translation, is_static_tensor, meta_val
 
 #: FX node kinds that compute something (placeholders, get_attr and the output are not ops)
@@ -37,18 +38,27 @@ def kept_ops(tr: Translation) -> list[Node]:
 def kept_reasons(tr: Translation, level: str = "pre_grad") -> dict[str, str]:
     """FX node name -> why that op node was kept verbatim.
 
-    Reasons, checked in this order: ``mutation, aliasing or global state`` (in-place ops, views of mutated
-    tensors, an output whose aliasing the user sees, a grad-mode or autocast region: ``Translation.frozen``),
-    ``unsupported op <target>`` (outside the vocabulary of the IR level), ``symbolic size`` (a size the
-    rewrites would compute on is not static), ``not a tensor`` (a tuple or scalar other kept ops read),
-    ``unsupported arguments`` (a spelling of a known op the translator does not read).
+    Reasons, checked in this order, for nodes the translator froze (``Translation.frozen``): ``in-place op``
+    (it writes into an input), ``grad-mode/autocast region`` (from the first to the last global-state change:
+    ``with torch.no_grad()`` and the like), ``touches a mutated tensor or a user-visible alias`` (reads or is a
+    view of a tensor written in place, or an output whose aliasing the user sees); then ``unsupported op
+    <target>`` (outside the vocabulary of the IR level), ``symbolic size`` (a size the rewrites would compute on
+    is not static), ``not a tensor`` (a tuple or scalar other kept ops read), ``unsupported arguments`` (a
+    spelling of a known op the translator does not read).
     """
     op_name = aten_vocab.op_name if level == "post_grad" else vocab.op_name
+    nodes = list(tr.gm.graph.nodes)
+    marks = [i for i, n in enumerate(nodes) if changes_global_state(n)]
+    region = set(nodes[marks[0]:marks[-1] + 1]) if marks else set()
     out = {}
     for n in kept_ops(tr):
         val = meta_val(n)
-        if n in tr.frozen:
-            why = "mutation, aliasing or global state (in-place op, user-visible alias, grad-mode/autocast region)"
+        if n in tr.frozen and is_mutation(n, tr.gm):
+            why = "in-place op"
+        elif n in tr.frozen and n in region:
+            why = "grad-mode/autocast region (kept in order)"
+        elif n in tr.frozen:
+            why = "touches a mutated tensor or a user-visible alias"
         elif op_name(n) is None:
             why = f"unsupported op {getattr(n.target, '__name__', n.target)}"
         elif isinstance(val, torch.Tensor) and not is_static_tensor(val):
