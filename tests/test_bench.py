@@ -340,3 +340,30 @@ def test_post_strategies_optimize_both_levels(no_compile_cache):
     oracle.assert_values(m.lin.weight.grad, ref_m.lin.weight.grad, w64, "weight gradient", grad=True)
     levels = [r.level for r in optimus_eq.last_reports]
     assert "pre_grad" in levels and levels.count("post_grad") >= 2  # forward and backward graphs
+
+
+def test_headline_has_every_strategy_that_ran_none_included():
+    cells = [_c("a", s, kernels=k) for s, k in (("inductor", 40), ("none", 40), ("greedy", 12), ("eqsat", 12))]
+    lines = output.headline(_results(cells, strategies=("inductor", "none", "greedy", "eqsat")))
+    assert lines[0] == "| model | mode | inductor | none | greedy | eqsat |"
+    assert lines[2] == "| a | train | 40 k, 1.00 ms | 40 k, 1.00 ms | 12 k, 1.00 ms | 12 k, 1.00 ms |"
+
+
+@pytest.mark.parametrize("smallest, bottom", [(17, 10), (10, 1), (1, 0.1), (0.35, 0.1), (2500.0, 1000)])
+def test_a_log_axis_starts_below_the_smallest_bar(smallest, bottom):
+    assert output.log_floor(smallest) == pytest.approx(bottom) and output.log_floor(smallest) < smallest
+
+
+def test_progress_is_plain_lines_off_a_terminal(capsys):
+    import io
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    bar = runner._progress(3, True, stream=io.StringIO())
+    bar.set_description_str("wukong/inference/eqsat")
+    bar.update()
+    bar.close()
+    assert capsys.readouterr().out == "[1/3] wukong/inference/eqsat\n"   # no carriage returns, one line per cell
+    assert type(runner._progress(3, True, stream=Tty())).__module__.startswith("tqdm")

@@ -37,12 +37,19 @@ PLACED = {
     "optimus_bridge.post_grad": "facade",
     "optimus_bridge.export": "facade",
     "optimus_eq.demo": "tools",
+    "optimus_eq.modelrun": "tools",
+    "optimus_eq.explain": "tools",
     "optimus_eq.cli": "cli",
 }
 PACKAGE_LAYER = {"optimus_eq": "core", "optimus_greedy": "core", "optimus_bridge": "bridge", "optimus_bench": "tools"}
 #: (importer, imported) imports made on first use on purpose, each with its reason
 LAZY = {
     ("optimus_eq", "optimus_eq.facade"): "PEP 562: `optimus_eq.optimize` etc. without the core importing the facade",
+    ("optimus_eq", "optimus_eq.egraph"): "PEP 562: `import optimus_eq` (and `optimus-eq --help`) loads no torch, no egglog",
+    ("optimus_eq", "optimus_eq.patterns"): "PEP 562: `import optimus_eq` (and `optimus-eq --help`) loads no torch, no egglog",
+    ("optimus_eq.cli", "optimus_eq.demo"): "the demo imports torch: `--help` stays under a second",
+    ("optimus_eq.cli", "optimus_eq.modelrun"): "optimize/explain import torch: `--help` stays under a second",
+    ("optimus_eq.cli", "optimus_eq.explain"): "explain imports torch: `--help` stays under a second",
     # the bench and calibrate subcommands: the suite imports torch._inductor, and a checkout without bench/ on
     # the path gets a message from those two subcommands instead of a command line that does not start
     ("optimus_eq.cli", "optimus_bench.runner"): "optional subcommand",

@@ -80,3 +80,52 @@ def test_the_report_says_how_the_plan_was_found():
     assert x["exact_components"] + x["bound_closed"] == x["components"]
     assert r.extractor == "ilp" and r.limits == []
     assert f"{x['choice_classes']} e-classes with a choice" in r.summary()
+
+
+class _Kept(torch.nn.Module):
+    """A Linear (its weight and bias are graph inputs, not ops), an op outside the vocabulary, and junk."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = torch.cumsum(self.lin(x), 1)                          # cumsum: not in the vocabulary
+        return torch.cat(torch.split(torch.tanh(h), 2, dim=1), 1)  # split -> cat round trip
+
+
+def test_left_opaque_counts_ops_not_inputs_or_parameters(strategy):
+    r = check(_Kept(), [rand(4, 8)], strategy).report
+    assert r.left_opaque == 1
+    assert list(r.kept_reasons.values()) == ["unsupported op cumsum"]
+
+
+def test_node_fates_read_both_strategies_the_same_way(strategy):
+    r = check(_Kept(), [rand(4, 8)], strategy).report
+    kinds = {name.rstrip("_0123456789"): fate for name, fate in r.node_fates.items()}
+    assert kinds["split"] == "removed" and kinds["tanh"] == "kept" and kinds["linear"] == "kept"
+    assert kinds["cat"] in ("removed", "rewritten")   # the cat's e-class is tanh's: computed by tanh's e-node
+    assert "cumsum" not in kinds                        # kept verbatim: in kept_reasons, not a translated term
+    assert r.fate_counts()["kept"] == 2
+
+
+def _effects(x):
+    h = x * 2
+    h.add_(1.0)                    # in-place: kept, and what reads h after it
+    with torch.no_grad():          # a grad-mode region: kept in order
+        g = torch.tanh(x * 3)
+    return h + 1, g
+
+
+def test_kept_reasons_name_in_place_ops_readers_and_grad_mode_regions():
+    x = rand(4, 8).requires_grad_()
+    gm, inputs = dynamo_graph(_effects, x)
+    _, r = optimus_eq.optimize(gm, inputs, strategy="greedy")
+    from optimus_eq.explain import source_of
+
+    by_line = {source_of(n).code: r.kept_reasons[n.name] for n in gm.graph.nodes
+               if n.name in r.kept_reasons and source_of(n)}
+    assert by_line["h.add_(1.0)                    # in-place: kept, and what reads h after it"] == "in-place op"
+    assert by_line["g = torch.tanh(x * 3)"] == "grad-mode/autocast region (kept in order)"
+    assert by_line["return h + 1, g"] == "touches a mutated tensor or a user-visible alias"
+    assert r.left_opaque == len(r.kept_reasons)

@@ -258,14 +258,6 @@ def summary(record: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
-    p.add_argument("--out", default="calibration.json", help="JSON file to write (default calibration.json)")
-    p.add_argument("--quick", action="store_true", help="few small sizes (a smoke run)")
-    p.add_argument("--refit", metavar="JSON", default=None,
-                   help="measure nothing: recompute the constants from the samples of an earlier record")
-
-
 def run(args: argparse.Namespace) -> int:
     if args.refit:
         old = json.loads(Path(args.refit).read_text())

@@ -23,8 +23,6 @@ _CACHE_TEXT = {
 _MARK = {"mismatch": " !", "error": "error", "skipped": "skip", "not_run": "-"}
 AS_INDUCTOR_MARK = " ≈"
 AS_INDUCTOR_FACTOR = 2.0  # a mismatch within this factor of plain Inductor's own error is Inductor's
-HEADLINE = ("inductor", "inductor-cudagraphs", "inductor-optimus", "greedy", "eqsat", "eqsat-cudagraphs", "taso",
-            "tensat")
 OURS = ("greedy", "eqsat")  # the two strategies users pick between; the ablations are not "ours" here
 
 
@@ -58,10 +56,11 @@ def _mark(results: dict, c: dict) -> str:
 
 
 def headline(results: dict[str, Any]) -> list[str]:
-    """Markdown lines: kernels per iteration and median ms, one row per (model, mode), the strategies of
-    ``HEADLINE`` that ran as columns."""
+    """Markdown lines: kernels per iteration and median ms, one row per (model, mode), every strategy that ran
+    as a column, in the run's order (``none`` too: Inductor through our backend with the graph unchanged, the
+    baseline of ours)."""
     cfg = results["config"]
-    strategies = [s for s in HEADLINE if s in cfg["strategies"]]
+    strategies = list(cfg["strategies"])
     lines = ["| model | mode | " + " | ".join(strategies) + " |", "|---|---|" + "---:|" * len(strategies)]
     for mode in cfg["modes"]:
         for m in cfg["models"]:
@@ -272,9 +271,18 @@ def _speedup(results: dict, c: dict, mode: str, base: str | None) -> str:
     return f" ({b['ms'] / c['ms']:.2f}x)"
 
 
+def log_floor(smallest: float) -> float:
+    """The bottom of a log axis for bars whose smallest value is ``smallest`` (> 0): the power of ten below it,
+    strictly, so that every bar has a height."""
+    bottom = 10.0 ** math.floor(math.log10(smallest))
+    return bottom / 10 if bottom >= smallest else bottom
+
+
 def plot(results: dict[str, Any], out_dir: Path) -> list[Path]:
     """Grouped bar charts (models on x, one bar per strategy, one panel per mode): kernels.png,
-    throughput.png (examples/s) and compile_time.png (optimus_eq's share hatched). Returns the paths.
+    throughput.png (examples/s) and compile_time.png (optimus_eq's share hatched). Log axes start at the power
+    of ten below the smallest bar (:func:`log_floor`); the baseline strategy (``inductor``, else ``eager``) is
+    also a dashed line across each model's bars. Returns the paths.
 
     Raises:
         ImportError: matplotlib is missing.
@@ -286,6 +294,7 @@ def plot(results: dict[str, Any], out_dir: Path) -> list[Path]:
 
     cfg = results["config"]
     models, modes, strategies = cfg["models"], cfg["modes"], cfg["strategies"]
+    base = _baseline(strategies)
     colors = plt.get_cmap("tab10")
     env = results["environment"]
     subtitle = f"{env.get('device_name')} | torch {env.get('torch')} | {env.get('date', '')[:10]}"
@@ -298,6 +307,7 @@ def plot(results: dict[str, Any], out_dir: Path) -> list[Path]:
         fig, axes = plt.subplots(len(modes), 1, figsize=(max(6, 1.6 * len(models) * max(1, len(strategies)) / 4),
                                                          3.6 * len(modes)), squeeze=False)
         for ax, mode in zip(axes[:, 0], modes):
+            lows: list[float] = []
             for j, s in enumerate(strategies):
                 xs, ys, ours = [], [], []
                 for i, m in enumerate(models):
@@ -309,14 +319,23 @@ def plot(results: dict[str, Any], out_dir: Path) -> list[Path]:
                 if not xs:
                     continue
                 ax.bar(xs, ys, width, label=s, color=colors(j % 10))
+                lows.extend(y for y in ys if y > 0)
+                if s == base:  # the baseline across each model's group of bars
+                    for x, y in zip(xs, ys):
+                        i = round(x - (j - (len(strategies) - 1) / 2) * width)
+                        ax.hlines(y, i - 0.4, i + 0.4, colors="black", linestyles="--", linewidth=0.8)
                 if key == "compile_s" and any(ours):
                     ax.bar(xs, ours, width, color="none", edgecolor="black", hatch="//", linewidth=0.5)
             ax.set_xticks(range(len(models)), models, rotation=20)
             ax.set_ylabel(label)
             ax.set_title(f"{mode}: {label}" + (" (hatched: optimus_eq's share)" if key == "compile_s" else ""),
                          fontsize=10)
-            if log:
+            if log and lows:
+                # a log axis must start below the smallest bar, or that bar (the best kernel count) has no height
                 ax.set_yscale("log")
+                ax.set_ylim(bottom=log_floor(min(lows)))
+            if base and base in strategies:
+                ax.plot([], [], color="black", linestyle="--", linewidth=0.8, label=f"{base} (baseline)")
             ax.grid(axis="y", alpha=0.3)
         axes[0, 0].legend(fontsize=7, ncol=min(4, len(strategies)))
         fig.suptitle(subtitle, fontsize=9)

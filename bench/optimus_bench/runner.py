@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -85,12 +86,15 @@ def parse_overrides(items: list[str] | None) -> dict[str, dict[str, str]]:
     return out
 
 
-def _progress(total: int, enabled: bool):
+def _progress(total: int, enabled: bool, stream=None):
+    """A tqdm bar on a terminal; plain ``[i/total] cell`` lines otherwise (a log file, a pipe, CI), where
+    tqdm's carriage returns garble the output."""
     try:
         from tqdm import tqdm
     except ImportError:  # tqdm is a dependency; stay usable without it
         tqdm = None
-    if tqdm is None or not enabled:
+    stream = sys.stderr if stream is None else stream
+    if tqdm is None or not enabled or not getattr(stream, "isatty", lambda: False)():
         class _Plain:
             def __init__(self):
                 self.n = 0
@@ -107,7 +111,7 @@ def _progress(total: int, enabled: bool):
             def close(self):
                 pass
         return _Plain()
-    return tqdm(total=total, unit="cell", dynamic_ncols=True)
+    return tqdm(total=total, unit="cell", dynamic_ncols=True, file=stream)
 
 
 def run_matrix(models: list[str], strategies: list[str], modes: list[str], device: str, out_dir: str | Path, *,

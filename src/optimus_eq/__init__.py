@@ -20,14 +20,15 @@ Inductor's post-grad hook, for users who set Inductor's config themselves::
     torch._inductor.config.pre_grad_custom_pass = optimus_eq.pre_grad_pass(strategy="eqsat")
 """
 
-from optimus_eq.egraph import Limits
-from optimus_eq.patterns import DEFAULT_REGISTRY, HorizontalPattern, Pattern, Rule
 from optimus_eq.report import Report
 
 #: Names of :mod:`optimus_eq.facade`, imported on first use (PEP 562): every core module is imported through
 #: this package, and the facade imports the bridge, which imports the core (docs/DESIGN.md, "Layers").
 _FACADE = frozenset(["STRATEGIES", "backend", "count_ops", "last_reports", "optimize", "optimize_exported",
                      "post_grad_pass", "pre_grad_pass"])
+#: Names of the core that import torch and egglog, also imported on first use: ``import optimus_eq`` (and so
+#: ``optimus-eq --help``, whose module lives in this package) loads neither.
+_CORE = frozenset(["DEFAULT_REGISTRY", "HorizontalPattern", "Limits", "Pattern", "Rule"])
 
 
 def __getattr__(name: str):
@@ -36,15 +37,24 @@ def __getattr__(name: str):
 
         globals().update({n: getattr(facade, n) for n in _FACADE})
         return globals()[name]
+    if name in _CORE:
+        from optimus_eq.egraph import Limits
+        from optimus_eq.patterns import DEFAULT_REGISTRY, HorizontalPattern, Pattern, Rule
+
+        globals().update(DEFAULT_REGISTRY=DEFAULT_REGISTRY, HorizontalPattern=HorizontalPattern, Limits=Limits,
+                         Pattern=Pattern, Rule=Rule)
+        return globals()[name]
     raise AttributeError(f"module 'optimus_eq' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | _FACADE)
+    return sorted(set(globals()) | _FACADE | _CORE)
 
 
 def list_patterns() -> list[tuple[str, tuple[str, ...], str]]:
     """Registered patterns as ``(name, IR levels, kind)``, in greedy pass order."""
+    from optimus_eq.patterns import DEFAULT_REGISTRY
+
     return [(p.name, p.levels, p.kind) for p in DEFAULT_REGISTRY]
 
 

@@ -16,6 +16,7 @@ from optimus_bridge.grad_facts import facts as grad_facts, gradient_info
 from optimus_bridge.graph_meta import _check_example_inputs, _ensure_meta, ir_level  # noqa: F401 (ir_level: public here)
 from optimus_bridge import regions
 from optimus_bridge.lower import lower
+from optimus_bridge.provenance import kept_ops, kept_reasons, node_fates
 from optimus_bridge.translate import translate
 from optimus_bridge.vocab import op_kind
 from optimus_eq import strategy as strategies, validate
@@ -25,6 +26,7 @@ from optimus_eq.egraph import EGraph, Limits, is_rust_panic
 from optimus_eq.extract import EGraphView, NoAcyclicTerm, extract, input_cost, no_gc
 from optimus_eq.horizontal import HorizontalContext, fuse_round
 from optimus_eq.horizontal.driver import pattern_options as horizontal_options
+from optimus_eq.logs import log_report
 from optimus_eq.options import option_notes, select_patterns
 from optimus_eq.patterns import DEFAULT_REGISTRY, PatternRegistry
 from optimus_eq.report import Report
@@ -158,6 +160,7 @@ def optimize(
     report.nodes_after = len(result.graph.nodes)
     for name, n in report.patterns_fired.items():
         _counters()[name] += n
+    log_report(report)
     last_reports.append(report)
     del last_reports[:-100]
     return result, report
@@ -353,7 +356,8 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
     with EGraph(patterns, subsume=chosen.destructive) as egraph:
         egraph.deadline = deadline
         egraph.insert(tr.rows)
-        report.left_opaque = len(tr.kept)
+        report.left_opaque = len(kept_ops(tr))
+        report.kept_reasons = kept_reasons(tr, level)
         canonical = "normalization_pass" if level == "pre_grad" else "normalization_aten_pass"
         if tr.normalized and canonical in {p.name for p in patterns}:
             report.patterns_fired[canonical] = tr.normalized
@@ -407,6 +411,7 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
         # the final plan; the last round's when the e-graph has not changed since (same version)
         view, ex = plans(egraph)
     report.egraph_nodes, report.egraph_classes = len(view.nodes), len(view.classes)
+    report.node_fates = node_fates(tr, view.node_of, view.nodes, ex.choice)
     # the plan that keeps every original term (each FX node's term paid once), in the same cost model
     report.cost_before = input_cost(tr.rows, [tr.node_id[n] for n in dict.fromkeys(tr.roots)], tr.opaque_keys,
                                     cost_model, gradients)

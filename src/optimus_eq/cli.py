@@ -1,4 +1,8 @@
-"""The command-line tool: `optimus-eq demo` and `optimus-eq bench` (optimize and explain are planned)."""
+"""The command-line tool: `optimus-eq demo`, `optimize`, `explain`, `bench` and `calibrate`.
+
+The parser imports nothing heavy (no torch, no egglog): `optimus-eq --help` and `--version` answer in a fraction
+of a second, and each subcommand imports what it needs when it runs.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,6 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
-
-from optimus_eq.demo import run_demo, warm_up_compiler
 
 #: demo columns: plain Inductor, Inductor with the built-in Optimus passes, ours
 STRATEGIES = ("none", "builtin", "greedy", "eqsat")
@@ -89,6 +91,8 @@ def _details(r: dict[str, Any], verbose: bool = False) -> list[str]:
 def cmd_demo(args: argparse.Namespace) -> int:
     import torch
 
+    from optimus_eq.demo import run_demo, warm_up_compiler
+
     if args.device == "cuda" and not torch.cuda.is_available():
         print("optimus-eq demo: --device cuda, but no CUDA device is available", file=sys.stderr)
         return 2
@@ -99,6 +103,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"device {args.device}, strategies: {', '.join(strategies)}",
         flush=True,
     )
+    options = {}
+    if args.min_fuse_set_size is not None:
+        from optimus_eq.modelrun import horizontal_options
+
+        options = horizontal_options("pre_grad", args.min_fuse_set_size)
+    if args.fields < (args.min_fuse_set_size or 5):
+        print(f"note: {args.fields} fields < min_fuse_set_size = {args.min_fuse_set_size or 5}: the per-field Linear "
+              "and LayerNorm are not batched (--min-fuse-set-size N lowers it)", flush=True)
     print("== warming up Dynamo and Inductor (one tiny compile, so that no strategy pays the one-time "
           "start-up costs) ...", flush=True)
     print(f"   done in {warm_up_compiler(args.device):.1f} s", flush=True)
@@ -115,6 +127,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 iters=args.iters,
                 warmup=args.warmup,
                 fresh_cache=not args.warm_cache,
+                options=options if strategy in ("greedy", "eqsat") else None,
             )
         )
     print()
@@ -193,6 +206,166 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 1 if count["mismatch"] or count["error"] else 0
 
 
+def _load_model(args: argparse.Namespace, command: str):
+    """``((ModelSpec, strategies, optimize options), 0)``, or ``(None, 2)`` after a message: a bad strategy or
+    option fails here, before anything is captured."""
+    from optimus_eq import modelrun
+
+    try:
+        strategies = _names(args.strategies)
+        options = modelrun.horizontal_options(args.level, args.min_fuse_set_size)
+        modelrun.check_strategies(strategies, args.level, options, f"optimus-eq {command}")
+        return (modelrun.load_factory(args.model), strategies, options), 0
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        print(f"optimus-eq {command}: {exc}", file=sys.stderr)
+        return None, 2
+
+
+# (row label, how to read it from (StrategyRun, its totals)); the first column is the input graph
+_OPT_ROWS: list[tuple[str, Callable[[Any, dict[str, Any]], str], Callable[[dict[str, Any]], str]]] = [
+    ("graphs captured", lambda r, t: _fmt(t["graphs"]), lambda t: _fmt(t["graphs"])),
+    ("FX nodes", lambda r, t: _fmt(t["nodes_after"]), lambda t: _fmt(t["nodes_before"])),
+    ("split/cat junk nodes", lambda r, t: _fmt(t["junk_after"]), lambda t: _fmt(t["junk_before"])),
+    ("input ops kept as written", lambda r, t: _fmt(t["fates"].get("kept", 0)), lambda t: ""),
+    ("input ops rewritten", lambda r, t: _fmt(t["fates"].get("rewritten", 0)), lambda t: ""),
+    ("input ops removed", lambda r, t: _fmt(t["fates"].get("removed", 0)), lambda t: ""),
+    ("ops left opaque", lambda r, t: _fmt(t["left_opaque"]), lambda t: ""),
+    ("pattern matches (egglog)", lambda r, t: _fmt(sum(t["patterns_fired"].values())), lambda t: ""),
+    ("plan cost (us, cost model)", lambda r, t: _fmt(t["cost_after"], ".1f"), lambda t: _fmt(t["cost_before"], ".1f")),
+    ("optimizer s", lambda r, t: _fmt(t["optimize_s"], ".2f"), lambda t: ""),
+    ("compile s (no Inductor)", lambda r, t: _fmt(r.compile_s, ".2f"), lambda t: ""),
+    ("kernels per call (Inductor)", lambda r, t: _fmt(r.kernels), lambda t: ""),
+    ("max |out - eager|", lambda r, t: _fmt(r.max_abs_diff, ".1e"), lambda t: ""),
+    ("outputs equal eager", lambda r, t: "ERROR" if r.error else _fmt(r.outputs_match), lambda t: ""),
+]
+
+
+def format_optimize_table(runs: Sequence[Any], baseline_kernels: int | None = None) -> str:
+    """A metric-by-strategy table of :class:`optimus_eq.modelrun.StrategyRun` results, the input graph first."""
+    totals = [r.totals() for r in runs]
+    base = next((t for t in totals if t["graphs"] and t["cost_before"] is not None), totals[0] if totals else None)
+    header = ["metric", "input"] + [r.strategy for r in runs]
+    rows = [header]
+    for label, get, get_input in _OPT_ROWS:
+        first = get_input(base) if base else ""
+        if label.startswith("kernels"):
+            if baseline_kernels is None and all(r.kernels is None for r in runs):
+                continue
+            first = _fmt(baseline_kernels)
+        rows.append([label, first or "-"] + [get(r, t) for r, t in zip(runs, totals)])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = []
+    for j, row in enumerate(rows):
+        lines.append("  ".join([row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]))
+        if j == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _graph_code(run, which: str) -> str:
+    """The Python code of every graph of a StrategyRun (``which``: ``"before"`` or ``"after"``), with the
+    reports as comments."""
+    parts = []
+    for g in run.graphs:
+        gm = getattr(g, which)
+        head = f"# {g.name} ({run.level}), " + ("as captured" if which == "before" else f"strategy {run.strategy}")
+        if which == "after":
+            head += "\n" + "\n".join("# " + line for line in g.report.summary().splitlines())
+        parts.append(f"{head}\n{gm.code.strip()}\n")
+    return "\n\n".join(parts) or "# no graph was captured\n"
+
+
+def cmd_optimize(args: argparse.Namespace) -> int:
+    loaded, code = _load_model(args, "optimize")
+    if loaded is None:
+        return code
+    spec, strategies, options = loaded
+    from pathlib import Path
+
+    from optimus_eq.modelrun import count_compiled_kernels, eager_result, run_strategy
+
+    print(f"optimus-eq optimize {spec.name}: level {args.level}, strategies {', '.join(strategies)}, "
+          f"{'training step (loss given)' if spec.loss else 'inference (torch.no_grad)'}", flush=True)
+    expected = eager_result(spec)
+    runs = []
+    for s in strategies:
+        print(f"== {s}: Dynamo -> optimus_eq ({args.level}) -> run, compare with eager", flush=True)
+        run = run_strategy(spec, s, args.level, rtol=args.rtol, atol=args.atol, options=options,
+                           expected=expected)
+        if args.kernels:
+            print("   counting kernels (Inductor compile) ...", flush=True)
+            run.kernels = count_compiled_kernels(spec, s, args.level, options)
+        runs.append(run)
+    baseline = None
+    if args.kernels:
+        print("== none: plain Inductor, for the kernel baseline", flush=True)
+        baseline = count_compiled_kernels(spec, "none", args.level)
+    print()
+    print(format_optimize_table(runs, baseline))
+    print()
+    print("input ops: the captured graph's op nodes, read off each plan the same way (kept: computed as written; "
+          "rewritten: by an equal term; removed: not needed). pattern matches: egglog's rule matches summed over "
+          "iterations (greedy: rewrites applied; eqsat: alternatives offered, chosen or not). plan cost: the cost "
+          "model's estimate, not a measurement.")
+    for r in runs:
+        t = r.totals()
+        lines = [f"{r.strategy}:"]
+        if r.error:
+            lines.append(f"  error: {r.error}")
+        if r.mismatch:
+            lines.append("  differs from eager: " + r.mismatch.replace("\n", "\n    "))
+        for fb in t["fallbacks"]:
+            lines.append(f"  FELL BACK to the original graph: {fb}")
+        if t["patterns_fired"]:
+            lines.append("  patterns: " + ", ".join(f"{k} x{v}" for k, v in sorted(t["patterns_fired"].items())))
+        if args.verbose:
+            for g in r.graphs:
+                lines.append(f"  [{g.name}] " + g.report.summary().replace("\n", "\n  "))
+        print("\n".join(lines))
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        if runs:
+            (out / "input.py").write_text(_graph_code(runs[0], "before"))
+        for r in runs:
+            (out / f"{r.strategy}.py").write_text(_graph_code(r, "after"))
+        print(f"\nwrote the captured graph and each strategy's optimized graph (gm.code) to {out}/: "
+              + ", ".join(["input.py"] + [f"{r.strategy}.py" for r in runs]))
+    ok = all(r.outputs_match and not r.error for r in runs)
+    print("\noutputs equal eager for every strategy" if ok else "\nFAILED: some strategy differs from eager or raised")
+    return 0 if ok else 1
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    loaded, code = _load_model(args, "explain")
+    if loaded is None:
+        return code
+    spec, strategies, options = loaded
+    from pathlib import Path
+
+    from optimus_eq import explain
+
+    print(f"optimus-eq explain {spec.name}: level {args.level}, strategies {', '.join(strategies)}"
+          + ("" if args.no_credits else "; crediting patterns: one more optimize per pattern that fired"), flush=True)
+    ex = explain.explain(spec, strategies, args.level, options, credits=not args.no_credits,
+                         pictures=not args.no_pictures, rtol=args.rtol, atol=args.atol,
+                         min_fuse_set_size=args.min_fuse_set_size or 5)
+    table = format_optimize_table(ex.runs)
+    print()
+    print(table)
+    print()
+    print(explain.to_text(ex))
+    path = Path(args.html)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(explain.to_html(ex, table))
+    print(f"\npictures: {ex.picture_method}")
+    print(f"wrote {path} (one self-contained HTML page)")
+    ok = all(r.outputs_match and not r.error for r in ex.runs)
+    if not ok:
+        print("FAILED: some strategy differs from eager or raised (see the page)")
+    return 0 if ok else 1
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     try:
         from optimus_bench.calibrate import run
@@ -203,13 +376,36 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def version() -> str:
+    """The installed distribution's version (``importlib.metadata``), or a note when it is not installed."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("optimus-eq")
+    except metadata.PackageNotFoundError:
+        return "(not installed: run from a source tree)"
+
+
+def _model_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments ``optimize`` and ``explain`` share."""
+    p.add_argument("model", metavar="FILE.py:FACTORY",
+                   help="a Python file and a function in it that returns (model, example_inputs[, loss])")
+    p.add_argument("--strategies", default="greedy,eqsat",
+                   help="comma-separated strategies (default greedy,eqsat; also none, taso, tensat)")
+    p.add_argument("--level", choices=("pre_grad", "post_grad"), default="pre_grad",
+                   help="pre_grad (default): the Torch-IR graph Dynamo captures; post_grad: the Aten-IR graphs "
+                   "AOTAutograd makes (forward, and backward with a loss), as Inductor's post-grad pass sees them")
+    p.add_argument("--min-fuse-set-size", type=int, default=None, metavar="N",
+                   help="smallest group horizontal fusion batches (default 5, as Optimus; 2 batches pairs)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="optimus-eq",
         description="Remove split/cat/stack/unbind junk from PyTorch FX graphs (equality saturation "
         "or greedy), then compile with Inductor.",
-        epilog="Planned subcommands, not yet written: optimize, explain.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     demo = sub.add_parser(
@@ -230,8 +426,54 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--warmup", type=int, default=3, help="untimed runs before timing (default 3)")
     demo.add_argument("--warm-cache", action="store_true",
                       help="reuse Inductor's on-disk cache (faster; compile times are then not cold)")
+    demo.add_argument("--min-fuse-set-size", type=int, default=None, metavar="N",
+                      help="smallest group horizontal fusion batches (default 5, as Optimus: fewer fields than "
+                      "that batch no Linear)")
     demo.add_argument("-v", "--verbose", action="store_true", help="print each optimizer report in full")
     demo.set_defaults(func=cmd_demo)
+
+    optimize = sub.add_parser(
+        "optimize",
+        help="optimize your own model (FILE.py:FACTORY) with each strategy; table, check against eager, code",
+        description="Capture your model's graphs with Dynamo, optimize them with each strategy side by side, run "
+        "them as optimized (no Inductor) and compare outputs (and gradients, with a loss) with eager; print graph "
+        "size, split/cat junk, what became of each input op, the cost model's estimate and the seconds spent. "
+        "FACTORY is a function of FILE.py that returns (model, example_inputs) or (model, example_inputs, loss), "
+        "loss(output) -> scalar tensor; with a loss one training step runs (and the backward graph is optimized "
+        "too at --level post_grad).",
+        epilog="Example: optimus-eq optimize mymodel.py:make --out out/  (writes out/input.py, out/greedy.py, "
+        "out/eqsat.py)",
+    )
+    _model_arguments(optimize)
+    optimize.add_argument("--out", metavar="DIR", help="write each graph's code (gm.code) here: input.py and one "
+                          "file per strategy")
+    optimize.add_argument("--kernels", action="store_true",
+                          help="also compile with Inductor (plain, and after each strategy) and count kernels per "
+                          "call with torch.profiler (slow: one Inductor compile each)")
+    optimize.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance against eager (default 1e-4)")
+    optimize.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance against eager (default 1e-4)")
+    optimize.add_argument("-v", "--verbose", action="store_true", help="print each graph's report in full")
+    optimize.set_defaults(func=cmd_optimize)
+
+    explain_p = sub.add_parser(
+        "explain",
+        help="what each strategy did to your model, by source line: text and one HTML page with graph pictures",
+        description="Run optimize's strategies on your model (FILE.py:FACTORY, as optimus-eq optimize) and "
+        "explain each graph: which pattern rewrote which source lines (a pattern is credited with an op when "
+        "leaving it out keeps the op as written), which ops were left alone and why (unsupported op, mutation, "
+        "symbolic size, ...), which batchable ops were not batched and why where known, and pictures of each "
+        "graph before and after (graphviz's dot when installed, else a built-in drawing). Writes one "
+        "self-contained HTML page.",
+    )
+    _model_arguments(explain_p)
+    explain_p.add_argument("--html", default="optimus-eq-explain.html", metavar="PATH",
+                           help="the HTML page to write (default optimus-eq-explain.html)")
+    explain_p.add_argument("--no-credits", action="store_true",
+                           help="skip the leave-one-out runs that credit patterns (faster on large graphs)")
+    explain_p.add_argument("--no-pictures", action="store_true", help="draw no graphs")
+    explain_p.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance against eager (default 1e-4)")
+    explain_p.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance against eager (default 1e-4)")
+    explain_p.set_defaults(func=cmd_explain)
 
     bench = sub.add_parser(
         "bench",
@@ -282,21 +524,21 @@ def build_parser() -> argparse.ArgumentParser:
         "optimize(..., cost_model=GPUCostModel.from_calibration(path)). Needs the bench package "
         "(installed with the project).",
     )
+    calibrate.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
+    calibrate.add_argument("--out", default="calibration.json", help="JSON file to write (default calibration.json)")
+    calibrate.add_argument("--quick", action="store_true", help="few small sizes (a smoke run)")
+    calibrate.add_argument("--refit", metavar="JSON", default=None,
+                           help="measure nothing: recompute the constants from the samples of an earlier record")
     calibrate.set_defaults(func=cmd_calibrate)
-    try:
-        from optimus_bench.calibrate import add_arguments
-    except ImportError:  # the bench package is not installed: the subcommand says so when run
-        pass
-    else:
-        add_arguments(calibrate)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    for name in ("fields", "dim", "batch", "iters"):
-        if getattr(args, name, 1) < 1:
-            print(f"optimus-eq: --{name} must be at least 1", file=sys.stderr)
+    for name in ("fields", "dim", "batch", "iters", "min_fuse_set_size"):
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            print(f"optimus-eq: --{name.replace('_', '-')} must be at least 1", file=sys.stderr)
             return 2
     return args.func(args)
 

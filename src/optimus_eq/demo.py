@@ -158,8 +158,9 @@ def run_demo(
     atol: float = 1e-4,
     seed: int = 0,
     log: Callable[[str], None] | None = _log_default,
+    options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Compile the demo model with `optimus_eq.backend(strategy=strategy)` and measure it.
+    """Compile the demo model with `optimus_eq.backend(strategy=strategy, **options)` and measure it.
 
     `strategy="builtin"` compiles with plain Inductor and every built-in Optimus pass of the installed
     torch turned on (`pre_grad_fusion_options` / `post_grad_fusion_options`, as
@@ -206,7 +207,7 @@ def run_demo(
                 compiled = torch.compile(model, options={"pre_grad_fusion_options": pre,
                                                          "post_grad_fusion_options": post})
             else:
-                compiled = torch.compile(model, backend=optimus_eq.backend(strategy=strategy))
+                compiled = torch.compile(model, backend=optimus_eq.backend(strategy=strategy, **(options or {})))
             say(f"[{strategy}] compiling (Dynamo -> optimizer -> Inductor), first call ...")
             t0 = time.perf_counter()
             out = compiled(*inputs)

@@ -13,8 +13,11 @@ class Report:
     Attributes:
         strategy: ``"none"``, ``"greedy"`` or ``"eqsat"``.
         level: the IR level optimized: ``"pre_grad"`` (Torch-IR) or ``"post_grad"`` (Aten-IR).
-        patterns_fired: pattern name -> firings (egglog matches of its rules; for canonical patterns,
-            nodes the translator normalized).
+        patterns_fired: pattern name -> firings: egglog matches of its rules summed over iterations (horizontal
+            patterns: groups added; canonical patterns: nodes the translator normalized). For greedy these are
+            rewrites applied (each replaces what it matched); for eqsat, alternatives offered, whether the
+            extracted plan uses them or not, so the figures do not compare across strategies: :attr:`node_fates`
+            does (``optimus-eq explain`` credits patterns by leaving each out).
         nodes_before, nodes_after: FX node counts (placeholders and output included).
         ops_before, ops_after: op kind (``"split"``, ``"cat"``, ``"tanh"``, ...) -> FX node count.
         egraph_nodes, egraph_classes: size of the e-graph after the search (term e-nodes, e-classes).
@@ -43,7 +46,12 @@ class Report:
             mode ``launch`` or ``cudagraph``, constants, and ``training`` when the backward was priced).
         training: whether the graph will be differentiated and its backward was priced.
         fallback: the cause when the original graph was returned because something failed.
-        left_opaque: FX nodes kept verbatim (outside the vocabulary, symbolic sizes, mutation).
+        left_opaque: op nodes kept verbatim (outside the vocabulary, symbolic sizes, mutation); inputs,
+            parameters and the output node are not ops and not counted.
+        kept_reasons: FX node name -> why that op was kept verbatim (``optimus_bridge.provenance.kept_reasons``).
+        node_fates: FX node name -> ``"kept"`` (computed as written), ``"rewritten"`` (computed by an equal
+            term the rewrites found) or ``"removed"`` (not needed by the plan), for every translated op node of
+            the input graph, read off the extracted plan the same way for every strategy (comparable).
         notes: what the caller changed around the optimization (the backend: Inductor's built-in Optimus
             options read as ours, the built-in passes switched off).
     """
@@ -71,6 +79,8 @@ class Report:
     training: bool = False
     fallback: str | None = None
     left_opaque: int = 0
+    kept_reasons: dict = field(default_factory=dict)
+    node_fates: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
 
     JUNK = ("split", "chunk", "unbind", "cat", "stack", "getitem")
@@ -79,6 +89,10 @@ class Report:
         """split/chunk/unbind/cat/stack/getitem nodes before and after."""
         return (sum(self.ops_before.get(k, 0) for k in self.JUNK),
                 sum(self.ops_after.get(k, 0) for k in self.JUNK))
+
+    def fate_counts(self) -> Counter:
+        """``"kept"`` / ``"rewritten"`` / ``"removed"`` -> input op nodes (:attr:`node_fates`)."""
+        return Counter(self.node_fates.values())
 
     def summary(self) -> str:
         """A short multi-line text for people."""
