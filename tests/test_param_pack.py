@@ -174,3 +174,30 @@ def test_backend_option_switches_packing_off():
         _same(f, m, x, "compile")
     assert not _packing_notes()
     assert m.layers[0].linears[1].weight.storage_offset() == 0
+
+
+def test_inference_mode_compile_leaves_trainable_parameters():
+    m, x = _model()
+    f = _compiled(m.eval())
+    with torch.inference_mode():
+        out = f(x)
+    torch.testing.assert_close(out, m(x).detach())
+    assert _packing_notes()
+    p = m.layers[0].linears[0].weight
+    assert not p.is_inference() and p.storage_offset() == 0 and m.layers[0].linears[1].weight.storage_offset() > 0
+    m(x).sum().backward()  # the re-homed parameters still train eagerly
+    assert p.grad is not None and torch.isfinite(p.grad).all()
+
+
+def test_a_failing_pack_warns_once_and_compiles_unpacked(monkeypatch):
+    from optimus_bridge import backend as backend_module
+
+    def broken(*_a, **_k):
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(backend_module._param_pack, "pack_parameters", broken)
+    m, x = _model()
+    f = _compiled(m.eval())
+    with torch.no_grad(), pytest.warns(UserWarning, match="parameter packing failed .*injected"):
+        _same(f, m, x, "compile")
+    assert not _packing_notes()
