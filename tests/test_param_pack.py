@@ -201,3 +201,29 @@ def test_a_failing_pack_warns_once_and_compiles_unpacked(monkeypatch):
     with torch.no_grad(), pytest.warns(UserWarning, match="parameter packing failed .*injected"):
         _same(f, m, x, "compile")
     assert not _packing_notes()
+
+
+def test_buffers_are_static_inputs_and_dynamo_metadata_is_kept(monkeypatch):
+    """AOTAutograd reads the packed graph's metadata (``_try_get_metadata_from_dynamo``): every input keeps
+    its Dynamo source, and the buffers are static inputs (CUDA graph trees then do not copy them per replay)."""
+    from torch._functorch._aot_autograd.frontend_utils import _try_get_metadata_from_dynamo
+
+    from optimus_bridge import backend as backend_module
+
+    seen = []
+    real = backend_module._param_pack.pack_parameters
+
+    def spy(gm, example_inputs):
+        seen.append(real(gm, example_inputs))
+        return seen[-1]
+
+    monkeypatch.setattr(backend_module._param_pack, "pack_parameters", spy)
+    m, x = _model()
+    f = _compiled(m.eval())
+    with torch.no_grad():
+        _same(f, m, x, "compile")
+    packed, inputs, packs = seen[0]
+    sources, static = _try_get_metadata_from_dynamo(packed, {}.keys(), len(inputs), [])
+    buffers = range(len(packs.keep), len(inputs))
+    assert set(buffers) <= set(static)
+    assert [s is None for s in sources] == [i in buffers for i in range(len(inputs))]
