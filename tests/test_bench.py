@@ -71,6 +71,25 @@ def test_unknown_names_fail_clearly():
 
 
 @pytest.mark.skipif(_vision_importable(), reason="torchvision/timm import here: nothing to skip")
+def test_training_step_ends_with_the_cases_optimizer():
+    """launch_bound's train step is zero_grad(set_to_none) + forward + backward + a fused Adam step: the
+    parameters move after one step, the first step's gradients still match a step without the optimizer,
+    and a bad optimizer name fails when the model is built."""
+    case = build("launch_bound", "cpu", overrides={"branches": 3})
+    assert case.optimizer == "adam_fused"
+    module = measure._prepare(case, "train")
+    before = [p.detach().clone() for p in module.parameters()]
+    measure._step_fn(module, module, case, "train", False)()
+    assert all(not torch.equal(b, p) for b, p in zip(before, module.parameters()))
+    plain = build("launch_bound", "cpu", overrides={"branches": 3, "optimizer": "none"})
+    ref = measure.reference(plain, "train")
+    assert set(ref["grads"]) == set(measure._grads(module))
+    for name, g in measure._grads(module).items():
+        torch.testing.assert_close(g, ref["grads"][name], rtol=0, atol=0)
+    with pytest.raises(ValueError, match="unknown optimizer 'lamb'"):
+        build("launch_bound", "cpu", overrides={"optimizer": "lamb"})
+
+
 def test_vision_models_skip_with_a_clear_message(tmp_path):
     with pytest.raises(ModelUnavailable, match="torchvision"):
         build("inception_v3")

@@ -1,8 +1,9 @@
 """Measure one (model, mode, strategy) cell: compile time, correctness, speed, memory, kernels.
 
 Modes: ``inference`` (the model in eval mode under ``torch.no_grad()``) and ``train`` (one training
-step: forward and loss in the compiled region, then ``loss.backward()``; the optimizer step is not
-included). See :func:`run_cell` for every field of the result.
+step: gradients set to None, forward and loss in the compiled region, then ``loss.backward()``, then
+the case's optimizer step, eager, when ``case.optimizer`` is not ``"none"``: ``launch_bound`` defaults
+to fused Adam). Outputs and gradients are compared on the first step, before any parameter moved. See :func:`run_cell` for every field of the result.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch
 from torch import nn
 
 import optimus_eq
-from optimus_bench.models.base import BenchCase
+from optimus_bench.models.base import BenchCase, make_optimizer
 from optimus_bench.strategies import Strategy
 from optimus_eq.kernels import count_kernels
 
@@ -119,13 +120,16 @@ def _step_fn(module: nn.Module, fn: Callable, case: BenchCase, mode: str, cudagr
                 return fn(*inputs)
         return step
     params = [p for p in module.parameters() if p.requires_grad]
+    optimizer = make_optimizer(case.optimizer, params)
 
     def train_step():
         mark()
-        for p in params:
+        for p in params:  # zero_grad(set_to_none=True)
             p.grad = None
         loss, out = fn(*inputs, case.labels)
         loss.backward()
+        if optimizer is not None:
+            optimizer.step()
         return loss, out
     return train_step
 

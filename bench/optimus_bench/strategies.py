@@ -16,6 +16,9 @@ inductor-optimus          ``torch.compile(m, options=...)`` with every Optimus o
 <s>-cudagraphs            the same with ``mode="reduce-overhead"`` passed through to Inductor
 greedy-post, eqsat-post   ``optimus_eq.backend(strategy=s, post_grad=True)``: also the Aten-IR forward and
                           backward graphs, as Inductor's post-grad pass (both levels, as inductor-optimus)
+greedy-nopack, ...        ``optimus_eq.backend(strategy=s, pack_parameters=False)`` (also eqsat-nopack and
+                          the -cudagraphs of both): the ablation of parameter packing
+                          (optimus_bridge/param_pack.py)
 ========================  =====================================================================
 
 The ``optimus_eq`` names are read from ``optimus_eq.STRATEGIES`` when :func:`available` is called, so a
@@ -118,6 +121,12 @@ def available() -> dict[str, Strategy]:
             out.append(Strategy(f"{s}-post", "optimus_eq", f"optimus_eq {s} on the Torch-IR graph and, as Inductor's "
                                 "post-grad pass, on the Aten-IR forward and backward graphs; then Inductor",
                                 optimus_strategy=s, backend_options={"post_grad": True}))
+    for s in ("greedy", "eqsat"):
+        if s in OURS:  # the ablation of parameter packing (optimus_bridge.param_pack)
+            for mode, tail in ((None, ""), (CUDAGRAPHS_MODE, "-cudagraphs")):
+                out.append(Strategy(f"{s}-nopack{tail}", "optimus_eq", f"optimus_eq {s} without parameter packing, "
+                                    f"then Inductor{' + CUDA graphs' if mode else ''}", mode=mode,
+                                    optimus_strategy=s, backend_options={"pack_parameters": False}))
     return {s.name: s for s in out}
 
 

@@ -7,6 +7,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Callable
 
+from optimus_bridge import param_pack as _param_pack
 from optimus_bridge import post_grad as _post_grad
 from optimus_eq import api, validate
 from optimus_eq.cost import GPUCostModel
@@ -16,7 +17,8 @@ from optimus_eq.patterns import DEFAULT_REGISTRY
 
 def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict | None = None,
             pre_grad: bool = True, post_grad: bool = False, post_grad_hook: str = "pre",
-            post_grad_options: dict | None = None, mode: str | None = None, **options) -> Callable:
+            post_grad_options: dict | None = None, mode: str | None = None, pack_parameters: bool = True,
+            **options) -> Callable:
     """A torch.compile backend that optimizes the dynamo graph, then compiles it with Inductor.
 
     Args:
@@ -35,6 +37,10 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
             pre-grad ones).
         mode: an Inductor mode (``"reduce-overhead"``, ``"max-autotune"``, ...), expanded with
             ``torch._inductor.list_mode_options``.
+        pack_parameters: make the optimized graph's stacks of parameters free where no gradient can flow
+            through them (inference): the parameters become views of one buffer laid out as the stack,
+            and the compiled graph takes the buffer (:mod:`optimus_bridge.param_pack`; in-place updates
+            of the parameters are seen, their storage moves). ``report.notes`` says what was packed.
         **options: passed to :func:`optimus_eq.optimize` (patterns, limits, extractor,
             pre_grad_fusion_options / post_grad_fusion_options in the built-in Optimus format, ...).
 
@@ -97,14 +103,18 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
             optimized, report = gm, None
         if optimized is not gm:
             _carry_dynamo_metadata(gm, optimized)
+        packs, inputs = None, example_inputs
+        if pack_parameters:
+            packs, optimized, inputs = _pack(optimized, example_inputs, report)
         if not compile:
-            return optimized.forward
+            return packs.wrap(optimized.forward) if packs else optimized.forward
         from torch._inductor.compile_fx import compile_fx
 
         from torch._dynamo.exc import RestartAnalysis
 
         try:
-            return compile_fx(optimized, example_inputs, config_patches=patches)
+            compiled = compile_fx(optimized, inputs, config_patches=patches)
+            return packs.wrap(compiled) if packs else compiled
         except RestartAnalysis:
             # not a failure: Inductor asks Dynamo to trace again (TensorifyScalarRestartAnalysis: a float
             # such as LayerNorm's eps, tensorified under dynamic=True, must be specialized). Compiling the
@@ -119,6 +129,25 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
             return compile_fx(gm, example_inputs, config_patches=patches)
 
     return optimus_eq_backend
+
+
+def _pack(gm, example_inputs, report):
+    """:func:`optimus_bridge.param_pack.pack_parameters` on ``gm``: ``(packs or None, graph, inputs)``.
+    A failure leaves the graph as it is (one warning); what was packed goes to ``report.notes``."""
+    try:
+        done = _param_pack.pack_parameters(gm, example_inputs)
+    except Exception as exc:
+        warnings.warn(f"optimus_eq: parameter packing failed ({type(exc).__name__}: {exc}); not packing",
+                      stacklevel=3)
+        return None, gm, example_inputs
+    if done is None:
+        return None, gm, example_inputs
+    packed_gm, inputs, packs = done
+    if report is not None:
+        report.notes.append(f"parameter packing: {packs.parameters} parameters in {len(packs.packs)} buffers "
+                            f"({', '.join(p.name for p in packs.packs)}); the graph takes {len(inputs)} inputs "
+                            f"instead of {len(example_inputs)}")
+    return packs, packed_gm, inputs
 
 
 def _own_optimus_passes(strategy: str, pre_grad: bool, post_grad: bool, patches: dict, options: dict) -> list[str]:

@@ -480,6 +480,8 @@ def _merge_report(report: Report, sub: Report, index: int, largest: bool) -> Non
             setattr(report, attr, (getattr(report, attr) or 0.0) + getattr(sub, attr))
     if largest:  # the extraction that says most: the largest segment's
         report.extractor, report.extract_note, report.extraction = sub.extractor, sub.extract_note, sub.extraction
+    report.kept_reasons.update(sub.kept_reasons)
+    report.node_fates.update(sub.node_fates)
     report.limits.extend(f"segment {index}: {what}" for what in sub.limits)
     report.notes.extend(sub.notes)
     report.cost_model, report.training = report.cost_model or sub.cost_model, report.training or sub.training

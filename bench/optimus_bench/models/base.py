@@ -30,6 +30,8 @@ class BenchCase:
         batch_size: examples per iteration (for examples/s).
         config: the sizes it was built with (recorded in the results).
         dtype: parameter and floating input dtype.
+        optimizer: the training step's optimizer (a name of :data:`OPTIMIZERS`; ``"none"``: forward and
+            backward only). It runs eagerly after ``loss.backward()``, inside the timed iteration.
     """
 
     name: str
@@ -40,6 +42,35 @@ class BenchCase:
     batch_size: int
     config: dict[str, Any] = field(default_factory=dict)
     dtype: torch.dtype = torch.float32
+    optimizer: str = "none"
+
+
+#: Optimizers a training step can end with: ``name -> (torch.optim class name, keyword arguments)``. The
+#: foreach and fused variants are the multi-tensor kernels of torch.optim (one launch per chunk of
+#: parameters instead of several per parameter); ``fused=True`` needs a CUDA or CPU device.
+OPTIMIZERS: dict[str, tuple[str, dict[str, Any]] | None] = {
+    "none": None,
+    "sgd": ("SGD", {"lr": 1e-3, "momentum": 0.9, "foreach": False}),
+    "sgd_foreach": ("SGD", {"lr": 1e-3, "momentum": 0.9, "foreach": True}),
+    "adam": ("Adam", {"lr": 1e-4, "foreach": False}),
+    "adam_foreach": ("Adam", {"lr": 1e-4, "foreach": True}),
+    "adam_fused": ("Adam", {"lr": 1e-4, "fused": True}),
+}
+
+
+def make_optimizer(name: str, params) -> torch.optim.Optimizer | None:
+    """The optimizer ``name`` (:data:`OPTIMIZERS`) over ``params``; ``None`` for ``"none"``.
+
+    Raises:
+        ValueError: an unknown name (the message lists the valid ones).
+    """
+    if name not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {name!r}; valid: {', '.join(OPTIMIZERS)}")
+    spec = OPTIMIZERS[name]
+    if spec is None:
+        return None
+    cls, kwargs = spec
+    return getattr(torch.optim, cls)(params, **kwargs)
 
 
 def bce_loss(out: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -17,7 +17,12 @@ Sizes: ``gpu`` is 32 branches of width 32 in 2 layers, batch 2048. Inductor's co
 the branch count (one or more kernels per branch): on the H200 it needed 36.5 s for 64 branches x 2
 layers (inference, cold cache; measured here), 117 s for a 128-branch model and over 280 s for 512
 branches (issue 4), so the default keeps the whole benchmark matrix inside its device budget. Pass
-``--set launch_bound.branches=256`` (or more) for the regime the model is named for.
+``--set launch_bound.branches=128`` (512, 1024: the paper's scale, issue 12) for the regime the model is
+named for; ``batch``, ``dim`` and ``layers`` are knobs too.
+
+Training step: ``optimizer`` (default ``adam_fused``; ``--set launch_bound.optimizer=none`` for forward
+and backward alone, or any name of ``optimus_bench.models.base.OPTIMIZERS``) runs after the backward,
+so one iteration is ``zero_grad(set_to_none=True)``, forward, backward and a fused optimizer step.
 
 Input: ``x: [B, N*D]``. Output: logits ``[B, 1]``.
 """
@@ -29,11 +34,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from optimus_bench.models.base import BenchCase, bce_loss, randn, resolve_size, seeded
+from optimus_bench.models.base import OPTIMIZERS, BenchCase, bce_loss, randn, resolve_size, seeded
 
 SIZES: dict[str, dict[str, Any]] = {
-    "cpu": {"batch": 16, "branches": 8, "dim": 8, "layers": 2},
-    "gpu": {"batch": 2048, "branches": 32, "dim": 32, "layers": 2},
+    "cpu": {"batch": 16, "branches": 8, "dim": 8, "layers": 2, "optimizer": "adam_fused"},
+    "gpu": {"batch": 2048, "branches": 32, "dim": 32, "layers": 2, "optimizer": "adam_fused"},
 }
 
 _ACTIVATIONS = (torch.relu, torch.tanh, torch.sigmoid)
@@ -71,11 +76,18 @@ class LaunchBound(nn.Module):
 
 def build(size: str | dict = "cpu", *, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
           seed: int = 0, overrides: dict | None = None) -> BenchCase:
-    """The launch-bound model at a size preset (``SIZES``) with example inputs and labels."""
+    """The launch-bound model at a size preset (``SIZES``) with example inputs and labels.
+
+    Raises:
+        ValueError: an unknown size preset or key, or an unknown ``optimizer`` name.
+    """
     cfg = resolve_size(SIZES, size, overrides)
+    if cfg["optimizer"] not in OPTIMIZERS:  # a bad --set fails here, not after the first compile
+        raise ValueError(f"unknown optimizer {cfg['optimizer']!r}; valid: {', '.join(OPTIMIZERS)}")
     with seeded(seed):
         model = LaunchBound(cfg["branches"], cfg["dim"], cfg["layers"])
     gen = torch.Generator().manual_seed(seed + 1)
     x = randn(gen, cfg["batch"], cfg["branches"] * cfg["dim"], device=device, dtype=dtype)
     labels = torch.randint(0, 2, (cfg["batch"], 1), generator=gen).to(device, dtype)
-    return BenchCase("launch_bound", model.to(device, dtype), (x,), labels, bce_loss, cfg["batch"], cfg, dtype)
+    return BenchCase("launch_bound", model.to(device, dtype), (x,), labels, bce_loss, cfg["batch"], cfg, dtype,
+                     optimizer=cfg["optimizer"])

@@ -1,0 +1,316 @@
+"""Parameter packing: a stack (or dim-0 cat) of parameters made free by making it a view.
+
+The horizontal rewrites batch N branches' layers into one op that takes the branches' parameters stacked
+(``torch.stack([w_0, ..., w_N-1])`` of N LayerNorm weights, Linear weights, biases). Those stacks depend
+on parameters alone, yet the compiled graph recomputes them on every call: one copy kernel each, and
+every parameter a separate graph input (thousands at the paper's scale: host work per call that grows
+with the parameter count, issue 12).
+
+Packing moves the work to compile time and keeps it correct under every in-place update: the packed
+parameters are re-homed (``p.data = buffer[i]``) as views of one contiguous buffer laid out exactly as
+the stack's result, and the compiled graph takes that buffer in place of the stack. The stack then costs
+nothing per call, and the buffer always holds the parameters' current values: an optimizer step,
+``load_state_dict``, ``p.data.copy_(...)`` or ``with torch.no_grad(): p.add_(1)`` write into the
+buffer itself. (A cache keyed by version counters would miss ``p.data.copy_``: ``.data`` is a new tensor
+with its own version counter.) Values, shapes, dtypes and strides of the parameters do not change; their
+storage does (``p.storage_offset()``, ``p.untyped_storage()``, ``p.data_ptr()``), as with the flat
+parameters of FSDP.
+
+Per call, :meth:`ParameterPacks.inputs` checks that each packed parameter still sits at its address in
+its buffer (one ``data_ptr()`` per parameter). A parameter rebound elsewhere (``p.data = t``,
+``load_state_dict(..., assign=True)``, another module instance reaching the same compiled code) is
+re-packed when it qualifies (below), else its stack is computed from the call's arguments as before:
+never a stale weight.
+
+A stack is packed only when it cannot lose a gradient or another tensor's aliasing:
+- its inputs are distinct ``nn.Parameter`` graph inputs (plain strided, contiguous, same shape, dtype and
+  device), each the sole tensor on its storage (``torch._C._storage_Use_Count``) or already packed in the
+  same layout by an earlier compile;
+- no gradient can flow: none of them requires grad, or the graph is compiled with grad mode off and
+  sets no grad mode inside (inference, ``torch.no_grad()``, ``torch.inference_mode()``). Dynamo guards
+  the grad mode and each input's ``requires_grad``, so a graph compiled for inference never runs in
+  training; :meth:`ParameterPacks.inputs` checks it again and raises rather than drop a gradient.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import fx, nn
+
+#: FX targets whose result a parameter buffer can stand for: ``torch.stack`` (dim 0) and ``torch.cat`` (dim 0)
+PACKABLE = {torch.stack: "stack", torch.cat: "cat"}
+
+#: call targets that change grad mode inside a Dynamo graph (a region of it may record gradients)
+_GRAD_MODE_TARGETS = tuple(t for t in (getattr(torch._C, "_set_grad_enabled", None), torch.set_grad_enabled,
+                                       torch.enable_grad, getattr(torch._C, "_enter_inference_mode", None))
+                           if t is not None)
+
+
+def _storage_uses(t: torch.Tensor) -> int:
+    return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
+
+
+#: the use count of the storage of a tensor that shares it with nothing (the tensor and the Python
+#: storage object that asked)
+_LONE_USES = _storage_uses(torch.empty(1))
+
+
+@dataclass
+class Pack:
+    """One packed stack.
+
+    Attributes:
+        name: the name of the FX node it replaces (for reports).
+        kind: ``"stack"`` or ``"cat"`` (dim 0).
+        positions: where its parameters are among the graph's inputs, in stack order.
+        buffer: the contiguous tensor equal to the stack's result; the parameters are views of it.
+        ptrs: each parameter's ``data_ptr()`` inside ``buffer``.
+    """
+
+    name: str
+    kind: str
+    positions: tuple[int, ...]
+    buffer: torch.Tensor
+    ptrs: list[int] = field(default_factory=list)
+
+    def compute(self, params: Sequence[torch.Tensor]) -> torch.Tensor:
+        """The stack from the parameters themselves (the graph's own computation)."""
+        return torch.stack(list(params)) if self.kind == "stack" else torch.cat(list(params))
+
+
+def _offsets(kind: str, params: Sequence[torch.Tensor]) -> list[int]:
+    """Element offset of each parameter inside the buffer."""
+    out, at = [], 0
+    for p in params:
+        out.append(at)
+        at += p.numel()
+    return out
+
+
+def _already_packed(kind: str, params: Sequence[torch.Tensor]) -> torch.Tensor | None:
+    """The buffer the parameters already are views of, laid out as the stack's result, or None."""
+    first = params[0]
+    storage = first.untyped_storage()
+    if any(p.untyped_storage().data_ptr() != storage.data_ptr() for p in params):
+        return None
+    base = first.storage_offset()
+    for p, off in zip(params, _offsets(kind, params)):
+        if p.storage_offset() != base + off:
+            return None
+    if kind == "stack":
+        shape = (len(params), *first.shape)
+    else:
+        shape = (sum(p.shape[0] for p in params), *first.shape[1:])
+    total = sum(p.numel() for p in params)
+    if (base + total) * first.element_size() > storage.nbytes():
+        return None
+    buf = torch.empty(0, dtype=first.dtype, device=first.device)
+    buf.set_(storage, base, shape)  # contiguous strides for `shape`
+    return buf
+
+
+def _qualifies(params: Sequence[Any], kind: str, need_no_grad: bool) -> bool:
+    """Whether these example inputs may be re-homed into one buffer (see the module docstring)."""
+    if not params or not all(type(p) is nn.Parameter for p in params):
+        return False
+    if len({id(p) for p in params}) != len(params):
+        return False
+    first = params[0]
+    for p in params:
+        if (p.layout != torch.strided or not p.is_contiguous() or p.dtype != first.dtype
+                or p.device != first.device or p.device.type == "meta" or p.numel() == 0
+                or p.is_conj() or p.is_neg() or p._base is not None):
+            return False
+        if need_no_grad and p.requires_grad:
+            return False
+        if kind == "stack" and p.shape != first.shape:
+            return False
+        if kind == "cat" and (p.dim() == 0 or p.shape[1:] != first.shape[1:]):
+            return False
+    if _already_packed(kind, params) is not None:
+        return True
+    return all(_storage_uses(p) == _LONE_USES for p in params)
+
+
+def _pack(kind: str, params: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Re-home ``params`` as views of one new buffer (or find the one they are views of); the buffer."""
+    buf = _already_packed(kind, params)
+    if buf is not None:
+        return buf
+    with torch.inference_mode(False), torch.no_grad():
+        buf = torch.stack([p.detach() for p in params]) if kind == "stack" else torch.cat([p.detach() for p in params])
+        flat = buf.view(-1)
+        for p, off in zip(params, _offsets(kind, params)):
+            p.data = flat[off:off + p.numel()].view(p.shape)
+    return buf
+
+
+def _dim_zero(node: fx.Node, kind: str, rank: int) -> bool:
+    """Whether the stack/cat node joins along dim 0 (``rank``: the parameters' rank)."""
+    if len(node.args) > 2 or set(node.kwargs) - {"dim"}:
+        return False
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    if not isinstance(dim, int):
+        return False
+    out_rank = rank + 1 if kind == "stack" else rank
+    return dim == 0 or dim == -out_rank
+
+
+class ParameterPacks:
+    """What packing did to one graph, and how its calls are served.
+
+    The packed graph's inputs are the original graph's inputs at ``keep`` followed by one buffer per pack.
+    """
+
+    def __init__(self, packs: list[Pack], keep: list[int], grad_mode: bool) -> None:
+        self.packs, self.keep, self.grad_mode = packs, keep, grad_mode
+        self._keep = operator.itemgetter(*keep) if keep else (lambda args: ())
+        self._single = len(keep) == 1
+        positions = [i for p in packs for i in p.positions]
+        self._params = operator.itemgetter(*positions)
+        self._ptrs = [ptr for p in packs for ptr in p.ptrs]
+        self._single_param = len(positions) == 1
+
+    @property
+    def parameters(self) -> int:
+        """How many parameters are packed."""
+        return sum(len(p.positions) for p in self.packs)
+
+    def inputs(self, args: Sequence[Any]) -> list[Any]:
+        """The packed graph's inputs for a call of the original graph with ``args``.
+
+        Raises:
+            RuntimeError: a packed parameter requires grad in a call with grad mode on (the packed graph
+                was compiled without gradients for it; Dynamo's guards should have recompiled).
+        """
+        kept = self._keep(args)
+        kept = [kept] if self._single else list(kept)
+        params = self._params(args)
+        params = [params] if self._single_param else params
+        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
+            raise RuntimeError("optimus_eq parameter packing: a packed parameter requires grad in a call with "
+                               "grad mode on; the graph was compiled without its gradient")
+        if list(map(torch.Tensor.data_ptr, params)) == self._ptrs:
+            return kept + [p.buffer for p in self.packs]
+        return kept + self._refresh(args)
+
+    def _refresh(self, args: Sequence[Any]) -> list[torch.Tensor]:
+        """Buffers for a call whose parameters moved: re-pack those that qualify, compute the rest."""
+        out = []
+        for pack in self.packs:
+            params = [args[i] for i in pack.positions]
+            if [p.data_ptr() for p in params] == pack.ptrs:
+                out.append(pack.buffer)
+            elif _qualifies(params, pack.kind, need_no_grad=self.grad_mode):
+                pack.buffer = _pack(pack.kind, params)
+                pack.ptrs = [p.data_ptr() for p in params]
+                out.append(pack.buffer)
+            else:
+                with torch.no_grad():
+                    out.append(pack.compute(params))
+        self._ptrs = [ptr for p in self.packs for ptr in p.ptrs]
+        return out
+
+    def wrap(self, compiled: Callable) -> Callable:
+        """``compiled`` (of the packed graph) as a callable of the original graph's inputs."""
+        inputs = self.inputs
+
+        def packed_call(*args):  # Dynamo calls a backend's callable with the graph's inputs as arguments
+            return compiled(*inputs(args))
+
+        packed_call._optimus_packs = self  # for tests and reports
+        return packed_call
+
+
+def pack_parameters(gm: fx.GraphModule, example_inputs: Sequence[Any]
+                    ) -> tuple[fx.GraphModule, list[Any], ParameterPacks] | None:
+    """Replace the parameter stacks of a Dynamo (Torch-IR) graph by buffer inputs; None when none qualify.
+
+    Args:
+        gm: the graph to compile (left untouched; the result is a new GraphModule).
+        example_inputs: its real example inputs, one per placeholder (Dynamo's: parameters are the
+            module's ``nn.Parameter`` objects).
+
+    Returns ``(packed_gm, packed_example_inputs, packs)``; call the compiled ``packed_gm`` through
+    ``packs.wrap``. Re-homes the qualifying parameters (see the module docstring) as a side effect.
+    """
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(example_inputs):
+        return None
+    position = {n: i for i, n in enumerate(placeholders)}
+    grad_mode = torch.is_grad_enabled() or any(
+        n.op == "call_function" and n.target in _GRAD_MODE_TARGETS for n in gm.graph.nodes)
+    chosen: list[tuple[fx.Node, str, tuple[int, ...]]] = []
+    taken: set[int] = set()
+    for node in gm.graph.nodes:
+        kind = PACKABLE.get(node.target) if node.op == "call_function" else None
+        if kind is None or not node.args or not isinstance(node.args[0], (list, tuple)):
+            continue
+        items = node.args[0]
+        if len(items) < 2 or not all(isinstance(a, fx.Node) and a in position for a in items):
+            continue
+        positions = tuple(position[a] for a in items)
+        params = [example_inputs[i] for i in positions]
+        if taken.intersection(positions) or not isinstance(params[0], torch.Tensor):
+            continue
+        if not _dim_zero(node, kind, params[0].dim()) or not _qualifies(params, kind, need_no_grad=grad_mode):
+            continue
+        chosen.append((node, kind, positions))
+        taken.update(positions)
+    if not chosen:
+        return None
+
+    packs = []
+    for node, kind, positions in chosen:
+        params = [example_inputs[i] for i in positions]
+        buf = _pack(kind, params)
+        packs.append(Pack(node.name, kind, positions, buf, [p.data_ptr() for p in params]))
+
+    # the packed graph: a copy, each packed stack replaced by a new placeholder after the last input
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for n in gm.graph.nodes:
+        env[n] = graph.node_copy(n, lambda a: env[a])
+        if n.op == "placeholder" and hasattr(n, "_dynamo_source"):
+            env[n]._dynamo_source = n._dynamo_source
+    last = env[placeholders[-1]]
+    fake_mode = _fake_mode(placeholders)
+    for (node, _kind, _pos), pack in zip(chosen, packs):
+        with graph.inserting_after(last):
+            ph = graph.placeholder(f"optimus_packed_{node.name}")
+        ph.meta["tensor_dict"] = {"_dynamo_static_input_type": "unguarded"}  # a static input for CUDA graphs
+        if fake_mode is not None:
+            ph.meta["example_value"] = fake_mode.from_tensor(pack.buffer, static_shapes=True)
+        ph._dynamo_source = None
+        env[node].replace_all_uses_with(ph)
+        graph.erase_node(env[node])
+        last = ph
+    removed = set()
+    for i, n in enumerate(placeholders):
+        if i in taken and not env[n].users:
+            graph.erase_node(env[n])
+            removed.add(i)
+    packed = fx.GraphModule(gm, graph)
+    for key, value in gm.meta.items():
+        packed.meta.setdefault(key, value)
+    for attr in ("_param_name_to_source", "_source_to_user_stacks"):
+        if hasattr(gm, attr):
+            setattr(packed, attr, getattr(gm, attr))
+    keep = [i for i in range(len(placeholders)) if i not in removed]
+    inputs = [example_inputs[i] for i in keep] + [p.buffer for p in packs]
+    return packed, inputs, ParameterPacks(packs, keep, grad_mode)
+
+
+def _fake_mode(placeholders: list[fx.Node]):
+    """The FakeTensorMode of Dynamo's placeholder meta, if any."""
+    from torch._guards import detect_fake_mode
+
+    vals = [n.meta.get("example_value") for n in placeholders]
+    try:
+        return detect_fake_mode([v for v in vals if isinstance(v, torch.Tensor)])
+    except Exception:
+        return None

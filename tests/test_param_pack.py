@@ -1,0 +1,229 @@
+"""Parameter packing (bridge/optimus_bridge/param_pack.py): the optimized inference graph's stacks of
+parameters become views of one buffer, and no in-place update of a parameter is ever missed.
+
+Every check is differential: the compiled module against the same module run eagerly, in float64 (a
+stale weight is off by O(1), a batched matmul's rounding by 1e-15), after each kind of update.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import optimus_eq
+from optimus_bench.models import build
+from optimus_bridge import param_pack
+
+F64 = torch.float64
+
+
+@pytest.fixture(autouse=True)
+def _fresh_reports():
+    optimus_eq.last_reports.clear()
+
+
+def _model(branches: int = 12, layers: int = 2):
+    case = build("launch_bound", "cpu", dtype=F64, overrides={"branches": branches, "layers": layers, "batch": 4})
+    return case.model, case.inputs[0]
+
+
+def _compiled(model, compile: bool = False, **kw):
+    return torch.compile(model, backend=optimus_eq.backend(strategy="greedy", compile=compile, **kw))
+
+
+def _packing_notes() -> list[str]:
+    return [n for r in optimus_eq.last_reports for n in r.notes if n.startswith("parameter packing")]
+
+
+def _same(f, m, x, what: str) -> None:
+    torch.testing.assert_close(f(x), m(x), msg=lambda s: f"after {what}: {s}")
+
+
+def _every_update(m, f, x) -> None:
+    """Each kind of in-place update of the parameters, each followed by compiled vs eager."""
+    lin = m.layers[0].linears[3]
+    with torch.no_grad():
+        lin.weight.data.copy_(torch.randn_like(lin.weight))  # .data has its own version counter
+        _same(f, m, x, "p.data.copy_")
+        m.layers[1].norms[0].bias.add_(1.0)
+        _same(f, m, x, "no_grad p.add_")
+        m.load_state_dict({k: torch.randn_like(v) for k, v in m.state_dict().items()})
+        _same(f, m, x, "load_state_dict")
+        m.layers[0].norms[2].weight.data = torch.randn(m.layers[0].norms[2].weight.shape, dtype=F64)
+        _same(f, m, x, "p.data = new tensor")
+        _same(f, m, x, "p.data = new tensor (second call)")
+    opt = torch.optim.SGD(m.parameters(), lr=0.5, foreach=True)
+    m(x).sum().backward()  # eager training on the packed parameters
+    opt.step()
+    with torch.no_grad():
+        _same(f, m, x, "an optimizer step")
+        m.load_state_dict({k: torch.randn_like(v) for k, v in m.state_dict().items()}, assign=True)
+        _same(f, m, x, "load_state_dict(assign=True)")
+
+
+def test_inference_packs_parameter_stacks_and_sees_every_update():
+    m, x = _model()
+    m.eval()
+    f = _compiled(m)
+    with torch.no_grad():
+        _same(f, m, x, "compile")
+    notes = _packing_notes()
+    assert notes and "96 parameters in 8 buffers" in notes[0]  # 12 branches x 2 layers x (LN w, b, Linear w, b)
+    # the 12 Linear weights of a layer are now consecutive views of one buffer
+    weights = [lin.weight for lin in m.layers[0].linears]
+    base = weights[0].untyped_storage().data_ptr()
+    assert all(w.untyped_storage().data_ptr() == base for w in weights)
+    assert [w.storage_offset() for w in weights] == [i * weights[0].numel() for i in range(12)]
+    assert all(w.is_leaf and w.requires_grad and w.is_contiguous() for w in weights)
+    _every_update(m, f, x)
+
+
+def test_inductor_compiled_graph_takes_the_buffers_and_sees_every_update(no_compile_cache):
+    m, x = _model(branches=8)
+    m.eval()
+    f = _compiled(m, compile=True)
+    with torch.no_grad():
+        _same(f, m, x, "compile")
+    assert any("the graph takes 11 inputs instead of 67" in n for n in _packing_notes())
+    _every_update(m, f, x)
+
+
+def test_training_is_not_packed_and_keeps_every_gradient():
+    m, x = _model()
+    ref, _ = _model()
+    f = _compiled(m.train())
+    f(x).sum().backward()
+    ref.train()(x).sum().backward()
+    assert not _packing_notes()
+    for (name, p), q in zip(m.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, msg=lambda s: f"grad of {name}: {s}")
+    assert m.layers[0].linears[0].weight.storage_offset() == 0
+
+
+def test_packed_inference_model_then_trains_with_gradients_equal_to_eager():
+    m, x = _model()
+    ref, _ = _model()
+    f = _compiled(m.eval())
+    with torch.no_grad():
+        _same(f, m, x, "compile")
+    assert _packing_notes()
+    optimus_eq.last_reports.clear()
+    f(x).sum().backward()  # grad mode on: Dynamo compiles a training graph, which is not packed
+    ref.eval()(x).sum().backward()
+    assert not _packing_notes()
+    for (name, p), q in zip(m.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, msg=lambda s: f"grad of {name}: {s}")
+
+
+def test_frozen_parameters_pack_under_grad_mode():
+    m, x = _model()
+    m.requires_grad_(False)
+    f = _compiled(m.eval())
+    _same(f, m, x, "compile")
+    assert _packing_notes()
+    with torch.no_grad():
+        m.layers[1].linears[0].weight.mul_(3.0)
+    _same(f, m, x, "an in-place update of a frozen parameter")
+
+
+class _Tied(nn.Module):
+    """Eight Linear branches whose first two share one weight storage (tied by ``.data``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lins = nn.ModuleList(nn.Linear(6, 6, dtype=F64) for _ in range(8))
+        self.lins[1].weight.data = self.lins[0].weight.data
+
+    def forward(self, x):
+        return torch.cat([lin(p) for lin, p in zip(self.lins, torch.split(x, 6, dim=1))], dim=1)
+
+
+def test_parameters_sharing_storage_are_not_re_homed():
+    m = _Tied().eval()
+    x = torch.randn(3, 48, dtype=F64)
+    f = _compiled(m)
+    with torch.no_grad():
+        _same(f, m, x, "compile")
+        assert m.lins[0].weight.data_ptr() == m.lins[1].weight.data_ptr()  # the tie holds
+        m.lins[0].weight.add_(1.0)
+        _same(f, m, x, "an update through one of two tied weights")
+    assert any("8 parameters in 1 buffers" in n for n in _packing_notes())  # the biases; not the weights
+    assert m.lins[2].weight.storage_offset() == 0 and m.lins[2].bias.storage_offset() != 0
+
+
+def test_pack_parameters_leaves_graphs_without_parameter_stacks_alone():
+    gm = torch.fx.symbolic_trace(lambda a, b: torch.stack([a, b]) * 2)
+    assert param_pack.pack_parameters(gm, [torch.randn(2), torch.randn(2)]) is None  # inputs, not parameters
+    p, q = nn.Parameter(torch.randn(2)), nn.Parameter(torch.randn(2))
+    with torch.no_grad():
+        gm2 = torch.fx.symbolic_trace(lambda a, b: torch.stack([a, b], 1) * 2)
+        assert param_pack.pack_parameters(gm2, [p, q]) is None  # dim 1: the buffer would not be the result
+        packed, inputs, packs = param_pack.pack_parameters(gm, [p, q])
+    assert len(inputs) == 1 and packs.parameters == 2
+    with torch.no_grad():
+        assert torch.equal(packs.wrap(packed.forward)(p, q), torch.stack([p, q]) * 2)
+    with torch.enable_grad(), pytest.raises(RuntimeError, match="requires grad"):
+        packs.wrap(packed.forward)(p, q)  # packed for no-grad use; Dynamo's guards would have recompiled
+
+
+def test_backend_option_switches_packing_off():
+    m, x = _model()
+    f = _compiled(m.eval(), pack_parameters=False)
+    with torch.no_grad():
+        _same(f, m, x, "compile")
+    assert not _packing_notes()
+    assert m.layers[0].linears[1].weight.storage_offset() == 0
+
+
+def test_inference_mode_compile_leaves_trainable_parameters():
+    m, x = _model()
+    f = _compiled(m.eval())
+    with torch.inference_mode():
+        out = f(x)
+    torch.testing.assert_close(out, m(x).detach())
+    assert _packing_notes()
+    p = m.layers[0].linears[0].weight
+    assert not p.is_inference() and p.storage_offset() == 0 and m.layers[0].linears[1].weight.storage_offset() > 0
+    m(x).sum().backward()  # the re-homed parameters still train eagerly
+    assert p.grad is not None and torch.isfinite(p.grad).all()
+
+
+def test_a_failing_pack_warns_once_and_compiles_unpacked(monkeypatch):
+    from optimus_bridge import backend as backend_module
+
+    def broken(*_a, **_k):
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(backend_module._param_pack, "pack_parameters", broken)
+    m, x = _model()
+    f = _compiled(m.eval())
+    with torch.no_grad(), pytest.warns(UserWarning, match="parameter packing failed .*injected"):
+        _same(f, m, x, "compile")
+    assert not _packing_notes()
+
+
+def test_buffers_are_static_inputs_and_dynamo_metadata_is_kept(monkeypatch):
+    """AOTAutograd reads the packed graph's metadata (``_try_get_metadata_from_dynamo``): every input keeps
+    its Dynamo source, and the buffers are static inputs (CUDA graph trees then do not copy them per replay)."""
+    from torch._functorch._aot_autograd.frontend_utils import _try_get_metadata_from_dynamo
+
+    from optimus_bridge import backend as backend_module
+
+    seen = []
+    real = backend_module._param_pack.pack_parameters
+
+    def spy(gm, example_inputs):
+        seen.append(real(gm, example_inputs))
+        return seen[-1]
+
+    monkeypatch.setattr(backend_module._param_pack, "pack_parameters", spy)
+    m, x = _model()
+    f = _compiled(m.eval())
+    with torch.no_grad():
+        _same(f, m, x, "compile")
+    packed, inputs, packs = seen[0]
+    sources, static = _try_get_metadata_from_dynamo(packed, {}.keys(), len(inputs), [])
+    buffers = range(len(packs.keep), len(inputs))
+    assert set(buffers) <= set(static)
+    assert [s is None for s in sources] == [i in buffers for i in range(len(inputs))]
