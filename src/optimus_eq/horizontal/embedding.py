@@ -55,7 +55,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from optimus_eq.horizontal.recipes import bind, slot
+from optimus_eq.horizontal.recipes import bound_call, slot
 from optimus_eq.horizontal.recipes import recipe as _recipe
 from optimus_eq.horizontal.recipes import slots as _slots
 from optimus_eq.registry import HorizontalPattern
@@ -118,10 +118,6 @@ def flat_shifted_cat(tensors: list, shifts: tuple) -> torch.Tensor:
     return torch.cat([t.reshape(-1) + s if s else t.reshape(-1) for t, s in zip(tensors, shifts)], 0)
 
 
-def _slot_of(bound: dict, name: str):
-    return slot(bound, name)
-
-
 def _require_static(m) -> None:
     """ValueError when a size of the member's inputs or output is symbolic (:mod:`optimus_eq.symbolic`):
     the builders add row and bag counts, which would be symbolic sums; such lookups are left alone."""
@@ -132,12 +128,8 @@ def _require_static(m) -> None:
 def _bag_parts(m) -> dict:
     """The facts of an ``F.embedding_bag`` member that its group key and the builder need, or raise
     ValueError for a call left alone (module docstring)."""
-    if m.recipe.name != "embedding_bag" or m.op != "Apply":
-        raise ValueError("not an embedding_bag")
+    bound = bound_call(m, "embedding_bag", EMBEDDING_BAG_PARAMS)
     _require_static(m)
-    bound = bind(m.recipe, EMBEDDING_BAG_PARAMS)
-    if bound is None:
-        raise ValueError("unknown spelling")
     freq = bound.get("scale_grad_by_freq", False)
     if bound.get("max_norm") is not None or bound.get("sparse", False) is not False or freq is not False:
         raise ValueError("max_norm, sparse or scale_grad_by_freq")
@@ -145,8 +137,8 @@ def _bag_parts(m) -> dict:
     last = bound.get("include_last_offset", False)
     if mode not in MODES or not isinstance(last, bool):
         raise ValueError("mode")
-    x, wt = _slot_of(bound, "input"), _slot_of(bound, "weight")
-    off, psw = _slot_of(bound, "offsets"), _slot_of(bound, "per_sample_weights")
+    x, wt = slot(bound, "input"), slot(bound, "weight")
+    off, psw = slot(bound, "offsets"), slot(bound, "per_sample_weights")
     if x is None or wt is None:
         raise ValueError("no input or weight")
     xs, ws = m.in_shapes[x], m.in_shapes[wt]
@@ -276,17 +268,13 @@ def build_embedding_bag(w, members) -> None:
 
 def _embedding_parts(m) -> tuple[int, int, int, bool]:
     """``(ids slot, weight slot, dim, scale_grad_by_freq)`` of an ``F.embedding`` member, or raise ValueError."""
-    if m.recipe.name != "embedding" or m.op != "Apply":
-        raise ValueError("not an embedding")
+    bound = bound_call(m, "embedding", EMBEDDING_PARAMS)
     _require_static(m)
-    bound = bind(m.recipe, EMBEDDING_PARAMS)
-    if bound is None:
-        raise ValueError("unknown spelling")
     freq = bound.get("scale_grad_by_freq", False)
     if bound.get("max_norm") is not None or bound.get("sparse", False) is not False \
             or not isinstance(freq, bool) or bound.get("padding_idx") is not None:
         raise ValueError("max_norm, sparse or padding_idx")
-    x, wt = _slot_of(bound, "input"), _slot_of(bound, "weight")
+    x, wt = slot(bound, "input"), slot(bound, "weight")
     if x is None or wt is None:
         raise ValueError("no input or weight")
     xs, ws = m.in_shapes[x], m.in_shapes[wt]
