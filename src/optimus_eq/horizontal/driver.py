@@ -144,8 +144,10 @@ def fuse_round(egraph, patterns: Sequence, ctx: HorizontalContext, destructive: 
     if not plan.acyclic():
         # a plan whose kept FX nodes cannot keep their order: lowering rejects it anyway; fuse nothing
         return 0
-    if not destructive and ctx.alternatives:
-        # members from any equivalent form of an e-class, not only the plan's (PlanGraph.add_alternatives)
+    alternatives = not destructive and ctx.alternatives
+    if alternatives:
+        # members from any equivalent form of an e-class, not only the plan's (PlanGraph.add_alternatives);
+        # a group of one plan kernel's pieces is not added (PlanGraph.worth_adding)
         plan.add_alternatives()
     writer = RowWriter(ctx.tr, view, plan.choice, ctx.alloc, eager_terms(ctx).values)
     fused: set = set()
@@ -153,6 +155,8 @@ def fuse_round(egraph, patterns: Sequence, ctx: HorizontalContext, destructive: 
     for p in patterns:
         opts = pattern_options(p, ctx.options)
         for members in plan.groups(p.group_key, opts, fused):
+            if alternatives and not plan.worth_adding(members):
+                continue
             p.build(writer, members)
             if destructive:
                 for m in members:

@@ -120,6 +120,8 @@ class PlanGraph:
         self._grad: set | None = None
         self._plan = frozenset(choice)   # the plan's classes (``choice`` is extended by add_alternatives)
         self._form: dict = {}            # plan class -> its alternative member form (see add_alternatives)
+        self._source: dict = {}          # member class -> its source (see source)
+        self.alternatives = False        # add_alternatives ran and added something
         self.choice = dict(choice)
         nodes = view.nodes
         for c, nid in choice.items():
@@ -316,9 +318,61 @@ class PlanGraph:
             for k in self.term_children(nodes[choice[a]]):
                 g.add_edge(k, a)
         g.add_edges_from(edges)
+        self.alternatives = True
         self._pos = None
         self._op_classes = None
         return len(added)
+
+    def source(self, m: Member):
+        """The plan's kernel that computes member ``m``'s value now: its own class when the plan computes it
+        with its op, else the class of a plan op of the same name that ``m``'s class is a view of (a piece
+        of a wide op the vertical rules folded it into: ``narrow(tanh(x))``), else ``m``'s class."""
+        c = m.cls
+        got = self._source.get(c)
+        if got is None:
+            got = self._source[c] = self._find_source(m)
+        return got
+
+    def _find_source(self, m: Member):
+        c = m.cls
+        choice, nodes, classes = self.choice, self.view.nodes, self.view.classes
+        if c in self._plan and c not in self._form:
+            return c
+        name = m.recipe.name
+        seen = {c}
+        level = [c]
+        for _ in range(ALT_DEPTH):
+            nxt = []
+            for x in level:
+                for nid in classes.get(x, ()):
+                    en = nodes[nid]
+                    if en.op not in ALT_VIEWS:
+                        continue
+                    k = en.children[0]
+                    if k in seen:
+                        continue
+                    seen.add(k)
+                    if k in self._plan and k not in self._form and self._is_op(choice[k]):
+                        km = self.member(k)
+                        if km is not None and km.recipe.name == name:
+                            return k
+                    nxt.append(k)
+            level = nxt
+        return c
+
+    def worth_adding(self, members: list) -> bool:
+        """Whether a group can save a kernel: its members are computed by at least two of the plan's kernels
+        (:meth:`source`). A group of pieces of one wide op (the plan computes ``relu(x)`` once and reads
+        its narrows) would only add an alternative no plan takes, and e-graph growth with it. ``members``:
+        Members or their classes."""
+        first = None
+        for m in members:
+            s = self.source(m if isinstance(m, Member) else self.member(m))
+            if first is None:
+                first = s
+            elif s != first:
+                return True
+        return False
 
     # -- gradient facts ---------------------------------------------------------------------------------
     def grad_signature(self, c):
@@ -488,7 +542,7 @@ class PlanGraph:
                 level = nxt
                 d += 1
             for k, cands in found.items():
-                if len(cands) < lo:
+                if len(cands) < lo or (self.alternatives and not self.worth_adding(cands)):
                     continue
                 yield from self._independent_subsets(cands, options, fused)
         if getattr(group_key, "shared_input", False):
@@ -503,7 +557,7 @@ class PlanGraph:
                 if k in viable and c not in fused:
                     by_key.setdefault(k, []).append(c)
             for cands in by_key.values():
-                if len(cands) >= lo:
+                if len(cands) >= lo and not (self.alternatives and not self.worth_adding(cands)):
                     yield from self._independent_subsets(cands, options, fused)
 
     def _independent_subsets(self, cands: list, options: dict, fused: set) -> Iterator[list[Member]]:
