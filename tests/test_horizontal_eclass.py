@@ -116,8 +116,8 @@ def test_alternatives_stay_within_budget():
 
 def test_post_grad_aten_tanh_on_split_pieces():
     """Aten-IR (the post-grad pass, forward and backward graphs of AOTAutograd): aten.tanh on the split's
-    pieces joins batch_aten_tanh's group in eqsat (one tanh in the forward graph; greedy's post-grad order
-    keeps four: the split/cat aten passes fold the pieces into the wide tanh after its batching ran). The forward
+    pieces joins batch_aten_tanh's group in eqsat (one tanh in the forward graph; greedy keeps four: its
+    post-grad order runs pointwise_through_slice before the batching, which then finds three of a shape). The forward
     graph also returns the tanhs for the backward, so the plan must switch six classes at once to drop the
     wide tanh: the local search alone stops at two tanhs (116.5 us), the exact solve finds one; ``"ilp"``
     gives it the whole budget (``"auto"``'s 0.1 s per component can run out on a loaded machine)."""
