@@ -38,15 +38,17 @@ from optimus_eq.horizontal.subsets import greedy_subsets
 
 LIST_OPS = frozenset(["Cons", "Nil", "ACons", "ANil"])
 #: E-node kinds an alternative form may use (:meth:`PlanGraph.add_alternatives`): ops first (they make
-#: members), then views, then argument lists; ``Cat`` lists and ``Leaf`` e-nodes are not followed.
+#: members), then views, then cats (a cat of per-piece ops that folded into one wide op), then the list
+#: cells; ``Leaf`` e-nodes are not followed.
 ALT_OPS = ("Unary", "Binary", "Apply")
 ALT_VIEWS = ("Narrow", "Select", "Reshape", "Permute", "Unsqueeze")
-ALT_LISTS = ("ACons", "ANil")
-_ALT_RANK = {op: i for i, op in enumerate(ALT_OPS + ALT_VIEWS + ALT_LISTS)}
-#: How many e-classes below the plan an alternative form may reach (the split tanh example needs 2:
-#: ``narrow(tanh(x))`` -> ``tanh(narrow(x))`` -> ``narrow(x)``), and at most how many e-classes the forms
+ALT_LISTS = ("ACons", "ANil", "Cons", "Nil")
+_ALT_RANK = {op: i for i, op in enumerate(ALT_OPS + ALT_VIEWS + ("Cat",) + ALT_LISTS)}
+#: How many e-classes below the plan an alternative form may reach (list cells not counted; the split
+#: tanh example needs 2: ``narrow(tanh(x))`` -> ``tanh(narrow(x))`` -> ``narrow(x)``; a cat of
+#: ``sigmoid(tanh(piece) * 2)`` needs 4), and at most how many e-classes the forms
 #: of one round may add (per plan class, plus a floor), so the round's work stays linear in the plan.
-ALT_DEPTH = 3
+ALT_DEPTH = 4
 ALT_BUDGET_PER_CLASS, ALT_BUDGET_MIN = 2, 1_000
 
 
@@ -284,9 +286,11 @@ class PlanGraph:
             if isinstance(c, tuple) or c not in plan:
                 continue
             chosen = choice[c]
+            kinds = set()  # at most one op form and one cat form per class
             for nid in classes.get(c, ()):
                 en = nodes[nid]
-                if nid == chosen or not self._is_op(nid):
+                kind = "op" if self._is_op(nid) else "cat" if en.op == "Cat" else None
+                if nid == chosen or kind is None or kind in kinds:
                     continue
                 ok = True
                 for k in en.children:
@@ -295,10 +299,10 @@ class PlanGraph:
                         ok = False
                         break
                 if ok:
-                    if not self._is_op(chosen):
+                    kinds.add(kind)
+                    if kind == "op" and not self._is_op(chosen):
                         self._form[c] = nid
                     edges.extend((k, c) for k in self.term_children(en))
-                    break
         if not edges:
             return 0
         # the classes some accepted form reads, children first; their own edges
