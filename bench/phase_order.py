@@ -21,6 +21,7 @@ Writes ``results.json`` and ``results.md`` into ``--out`` (nothing without it).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
 import sys
@@ -34,7 +35,9 @@ import torch
 
 import optimus_eq
 
-STRATEGIES = ("none", "greedy", "taso", "tensat", "eqsat")
+STRATEGIES = ("none", "greedy", "taso", "tensat", "eqsat", "eqsat-plan")
+#: ``eqsat-plan``: eqsat with its horizontal round on the one plan extracted after vertical saturation (members
+#: from the plan's e-nodes only: the round before issue 15's item 3), i.e. the fixed order "fold, then batch"
 
 #: op kinds (``optimus_eq.count_ops`` names, both IR levels) that are views or graph plumbing, not kernels
 VIEWS = frozenset(["placeholder", "output", "get_attr", "getitem", "narrow", "slice", "select", "reshape", "view",
@@ -107,15 +110,6 @@ def uneven_split_inputs():
     return [_r(32, 28)]
 
 
-def split_relu_cat_small_groups(x):
-    ps = torch.split(x, 8, dim=1)
-    return torch.cat([torch.relu(p) for p in ps], dim=1) * 3
-
-
-def fields_inputs():
-    return [_r(32, 48)]
-
-
 def three_wide_sigmoids(x, y, z):
     # three tensors, each split in two, a sigmoid per piece, pieces read apart: vertical folds give three
     # wide sigmoids (a group of three, below the minimum); the six pieces batch into one sigmoid
@@ -125,33 +119,6 @@ def three_wide_sigmoids(x, y, z):
 
 def three_wide_inputs():
     return [_r(16, 16, seed=0), _r(16, 16, seed=1), _r(16, 16, seed=2)]
-
-
-def unbind_stack_split_cat(x):
-    y = torch.stack(torch.unbind(x, 1), 1) + 1
-    a, b, c = torch.split(y.flatten(1), [4, 6, 10], 1)
-    return torch.cat([a, b, c], 1).relu()
-
-
-def views_and_chains(x):
-    h = torch.stack(torch.unbind(x.view(-1, 2, 4), 1), 1).view(-1, 8)
-    a, b = torch.split(torch.tanh(h) + x, 4, 1)
-    a1, a2 = torch.split(a, 2, 1)
-    return torch.cat([a1, a2, b], 1)
-
-
-def rec_block(x):
-    # a DLRM-like interaction tower, two layers: per-field pointwise ops between split and cat, a residual
-    h = x
-    for layer in range(2):
-        ps = torch.split(h, 8, dim=1)
-        ys = [torch.tanh(p) if layer == 0 else torch.sigmoid(p) for p in ps]
-        h = (torch.cat(ys, dim=1) + h) * 0.5
-    return h
-
-
-def rec_inputs():
-    return [_r(64, 8 * 12)]
 
 
 def mixed_pieces_and_inputs(x, a, b, c, d):
@@ -166,6 +133,28 @@ def mixed_inputs():
     return [_r(16, 24, seed=0)] + [_r(16, 8, seed=i) for i in range(1, 5)]
 
 
+def uneven_rec_of(layers: int, fields: int):
+    """A DLRM-like interaction tower: ``layers`` x (split into ``fields`` - 1 fields of 8 and one of 16 ->
+    tanh / sigmoid per field, alternating by layer -> cat -> residual add and scale)."""
+    sizes = [8] * (fields - 1) + [16]
+
+    def uneven_rec(x):
+        h = x
+        for layer in range(layers):
+            ps = torch.split(h, sizes, dim=1)
+            ys = [torch.tanh(p) if layer % 2 == 0 else torch.sigmoid(p) for p in ps]
+            h = (torch.cat(ys, dim=1) + h) * 0.5
+        return h
+
+    return uneven_rec, lambda: [_r(64, sum(sizes))]
+
+
+def uneven_dense_linear(x, w, b):
+    # dense features of uneven widths, a relu per feature, concatenated into an MLP's first linear
+    ps = torch.split(x, [8, 8, 8, 8, 8, 24], dim=1)
+    return torch.nn.functional.linear(torch.cat([torch.relu(p) for p in ps], dim=1), w, b)
+
+
 MODELS = [
     Model("split_tanh_group", split_tanh_group, split_tanh_group_inputs, "tanh", 1,
           "issue 15: six [16, 8] tanhs, three on the pieces of one split. Folding first (pointwise_through_slice) "
@@ -178,26 +167,29 @@ MODELS = [
           "split [4]*5 + [8] -> tanh each -> cat -> + 1: batching the five equal pieces first (upstream's "
           "group_batch_fusion before split_cat) stacks them and the cat no longer folds; the optimum is "
           "tanh(x) + 1 (2 ops, no cat)"),
-    Model("split_relu_cat_min2", split_relu_cat_small_groups, fields_inputs, "compute", 2,
-          "six field slices -> relu -> cat -> * 3 with min_fuse_set_size 2: a batch fusion before the "
-          "split/cat passes; optimum relu(x) * 3",
-          options={"pattern_options": {"batch_relu": {"min_fuse_set_size": 2}}}),
     Model("three_wide_sigmoids", three_wide_sigmoids, three_wide_inputs, "sigmoid", 1,
           "three tensors split in two, a sigmoid per piece, pieces read apart: folding first gives three "
           "wide sigmoids (a group of three, below min_fuse_set_size 5); the six pieces batch into one "
           "sigmoid (and one stack copy: 2 kernels against 3)"),
-    Model("unbind_stack_split_cat", unbind_stack_split_cat, lambda: [_r(3, 4, 5)], "junk", 0,
-          "unbind/stack then split/cat (tests/test_taso.py): in greedy's order a stack is merged before "
-          "the split it feeds is folded; no split or cat is needed"),
-    Model("views_and_chains", views_and_chains, lambda: [_r(6, 8)], "junk", 0,
-          "unbind/stack of a view, then a split of a split folded into a cat (tests/test_taso.py): no "
-          "split or cat is needed"),
-    Model("rec_block_2layers", rec_block, rec_inputs, "compute", 6,
-          "control: two split -> per-field op -> cat layers with residuals (12 fields); every order folds "
-          "them: per layer one wide op, the residual add and the scale (6 calls)"),
     Model("mixed_pieces_and_inputs", mixed_pieces_and_inputs, mixed_inputs, "tanh", 1,
           "seven [16, 8] tanhs (three on split pieces, four inputs), then mul and sigmoid per value, three "
-          "of them concatenated back: one tanh"),
+          "of them concatenated back: one tanh (the plan keeps one wide tanh over the pieces if it folds first)"),
+    Model("three_wide_sigmoids_post_grad", three_wide_sigmoids, three_wide_inputs, "sigmoid", 1,
+          "three_wide_sigmoids at Aten-IR: upstream's post-grad order folds the pieces first (three sigmoids)",
+          level="post_grad"),
+    Model("mixed_pieces_post_grad", mixed_pieces_and_inputs, mixed_inputs, "tanh", 1,
+          "mixed_pieces_and_inputs at Aten-IR: folded first, three of seven tanhs become one wide tanh and "
+          "the other four stay below the group minimum", level="post_grad"),
+    Model("uneven_rec_2layers", *uneven_rec_of(2, 6), "compute", 6,
+          "two split -> per-field op -> cat -> residual layers, fields [8]*5 + [16]: batching the five "
+          "equal fields first (upstream's pre-grad order: group_batch_fusion before split_cat) stacks them "
+          "and the cat no longer folds; the optimum is one wide op, the add and the scale per layer (6)"),
+    Model("uneven_rec_8layers_24fields", *uneven_rec_of(8, 24), "compute", 24,
+          "the mid-size version (8 layers, fields [8]*23 + [16], about 500 FX nodes): optimum 3 per layer"),
+    Model("uneven_dense_linear", uneven_dense_linear,
+          lambda: [_r(32, 64), _r(16, 64, seed=1), _r(16, seed=2)], "compute", 2,
+          "dense features [8]*5 + [24], a relu each, cat, linear: batching the five equal relus first "
+          "blocks the fold of the cat; the optimum is relu(x) and the linear (2)"),
 ]
 
 
@@ -239,6 +231,22 @@ def _flat(out):
     return []
 
 
+@contextlib.contextmanager
+def _plan_only(on: bool):
+    """While ``on``: horizontal rounds draw members from the plan's e-nodes only (``eqsat-plan``)."""
+    if not on:
+        yield
+        return
+    from optimus_eq.horizontal.plan import PlanGraph
+
+    orig = PlanGraph.add_alternatives
+    PlanGraph.add_alternatives = lambda self, *a, **k: 0
+    try:
+        yield
+    finally:
+        PlanGraph.add_alternatives = orig
+
+
 def run_cell(model: Model, strategy: str) -> dict:
     """Optimize ``model`` with ``strategy``; its count, cost, time, and agreement with the original graph."""
     gm, example_inputs, inputs = graph_of(model)
@@ -247,10 +255,10 @@ def run_cell(model: Model, strategy: str) -> dict:
     run_inputs = example_inputs if model.level == "pre_grad" else inputs
     with torch.no_grad():
         expected = _flat(gm(*run_inputs))
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, _plan_only(strategy == "eqsat-plan"):
         warnings.simplefilter("always")
         t0 = time.perf_counter()
-        gm2, report = optimus_eq.optimize(gm, example_inputs, strategy=strategy, level=model.level,
+        gm2, report = optimus_eq.optimize(gm, example_inputs, strategy=strategy.split("-")[0], level=model.level,
                                           **model.options)
         wall = time.perf_counter() - t0
     with torch.no_grad():
@@ -266,9 +274,19 @@ def run_cell(model: Model, strategy: str) -> dict:
                 ops={k: v for k, v in ops.items() if k not in ("placeholder", "output")})
 
 
-def markdown(records: list[dict], strategies, models) -> str:
+def markdown(records: list[dict], strategies, models, meta: dict | None = None) -> str:
+    """The results as markdown: counts against the optimum (bold where reached, ``(!)`` where the graph
+    differed from the original or the optimizer fell back), then plan cost and wall time, then why each
+    model is there."""
     by = {(r["model"], r["strategy"]): r for r in records}
-    lines = ["| model | level | metric | optimum | " + " | ".join(strategies) + " |",
+    lines = []
+    if meta:
+        lines += [f"# Phase-ordering suite ({meta['date']}, torch {meta['torch']}, {meta['processor']})", "",
+                  "Counts on the lowered FX graph (`optimus_eq.count_ops`): an op kind, `junk` (split/cat/stack/"
+                  "unbind nodes) or `compute` (every call that is not a view). `eqsat-plan` is eqsat with its "
+                  "horizontal round on the one plan extracted after vertical saturation (members from the "
+                  "plan's e-nodes only: eqsat before issue 15's item 3). Generated by `bench/phase_order.py`.", ""]
+    lines += ["| model | level | metric | optimum | " + " | ".join(strategies) + " |",
              "|---|---|---|---|" + "---|" * len(strategies)]
     for m in models:
         cells = []
@@ -293,6 +311,8 @@ def markdown(records: list[dict], strategies, models) -> str:
             cells.append("" if r is None else
                          f"{r['cost_us']:.1f} / {r['wall_s']:.2f}" if r["cost_us"] is not None else f"- / {r['wall_s']:.2f}")
         lines.append(f"| {m.name} | " + " | ".join(cells) + " |")
+    lines += ["", "Why each model is there (the order that loses, and why the optimum is the least count):", ""]
+    lines += [f"- `{m.name}` ({m.level}, {m.metric} >= {m.optimum}): {m.why}" for m in models]
     return "\n".join(lines) + "\n"
 
 
@@ -316,15 +336,15 @@ def main(argv=None) -> None:
             print(f"{m.name:28s} {s:7s} {m.metric}={r['value']} (optimum {m.optimum}) compute={r.get('compute')} "
                   f"cost={r['cost_us']} wall={r['wall_s']:.2f}s ok={r['allclose']} {r.get('error') or r.get('fallback') or ''}",
                   flush=True)
-    md = markdown(records, args.strategies, models)
+    meta = dict(date=time.strftime("%Y-%m-%d"), torch=torch.__version__, python=sys.version.split()[0],
+                machine=platform.machine(), processor=platform.processor() or platform.machine(),
+                models={m.name: dict(level=m.level, metric=m.metric, optimum=m.optimum, why=m.why,
+                                     options=m.options) for m in models})
+    md = markdown(records, args.strategies, models, meta)
     print(md)
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        meta = dict(date=time.strftime("%Y-%m-%d"), torch=torch.__version__, python=sys.version.split()[0],
-                    machine=platform.machine(), processor=platform.processor() or platform.machine(),
-                    models={m.name: dict(level=m.level, metric=m.metric, optimum=m.optimum, why=m.why,
-                                         options=m.options) for m in models})
         (out / "results.json").write_text(json.dumps(dict(meta=meta, records=records), indent=1, default=str))
         (out / "results.md").write_text(md)
 
