@@ -369,6 +369,8 @@ class PlanGraph:
         (:meth:`source`). A group of pieces of one wide op (the plan computes ``relu(x)`` once and reads
         its narrows) would only add an alternative no plan takes, and e-graph growth with it. ``members``:
         Members or their classes."""
+        if len(members) < 2:
+            return True  # a rewrite of one op (einsum_to_pointwise_pass, decompose_mm_pass): not a group
         first = None
         for m in members:
             s = self.source(m if isinstance(m, Member) else self.member(m))
@@ -546,7 +548,7 @@ class PlanGraph:
                 level = nxt
                 d += 1
             for k, cands in found.items():
-                if len(cands) < lo or (self.alternatives and not self.worth_adding(cands)):
+                if len(cands) < lo or (self.alternatives and lo > 1 and not self.worth_adding(cands)):
                     continue
                 yield from self._independent_subsets(cands, options, fused)
         if getattr(group_key, "shared_input", False):
@@ -561,7 +563,7 @@ class PlanGraph:
                 if k in viable and c not in fused:
                     by_key.setdefault(k, []).append(c)
             for cands in by_key.values():
-                if len(cands) >= lo and not (self.alternatives and not self.worth_adding(cands)):
+                if len(cands) >= lo and not (self.alternatives and lo > 1 and not self.worth_adding(cands)):
                     yield from self._independent_subsets(cands, options, fused)
 
     def _independent_subsets(self, cands: list, options: dict, fused: set) -> Iterator[list[Member]]:
