@@ -1,5 +1,6 @@
 """DAG-aware local search that improves a plan (for components over ``ilp_max_nodes``, or when the ILP
-fails or runs out of time): re-choose one class, or switch every user of one shared class at once.
+fails or runs out of time): re-choose one class, switch every user of one shared class at once, or (when
+neither helps) stop using one shared kernel by switching all its readers at once (``drop``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,12 @@ import numpy as np
 
 from optimus_eq.extract.prune import _Prepared
 from optimus_eq.extract.tree import _Problem
+
+
+#: The drop move only tries classes whose chosen e-node costs at least this (us): kernels, not views.
+DROP_MIN_COST = 1.0
+#: ... and gives up when leaving one kernel would mean dropping more than this many classes.
+DROP_MAX_CLASSES = 16
 
 
 def _refine(p: _Problem, pick: list[int], rroots: list[int], prep: _Prepared, deadline: float,
@@ -136,6 +143,68 @@ def _refine(p: _Problem, pick: list[int], rroots: list[int], prep: _Prepared, de
             pick[q] = cur
         return False
 
+    root_set = set(rroots)
+
+    def current_users(x: int) -> list[int]:
+        """Used classes whose chosen e-node reads class ``x``."""
+        out = []
+        for i in user_nodes[user_ptr[x]:user_ptr[x + 1]].tolist():
+            q = ncls[i]
+            if refs[q] > 0 and pick[q] == i:
+                out.append(q)
+        return out
+
+    def drop(s: int) -> bool:
+        """Stop using the kernel of class ``s``: every class that reads it switches to another of its e-nodes
+        (one whose children are in use already, cheapest first), and a reader with none is dropped the same
+        way; kept if the moves together lower the DAG cost. A fused alternative is often cheaper only once
+        several classes leave one op at once (six tanhs batched: the wide tanh and the wide mul after it are
+        read by six pieces, none of which pays off alone), which single and group moves miss."""
+        dropped = [s]
+        dset = {s}
+        switch: dict[int, int] = {}
+        i = 0
+        while i < len(dropped):
+            x = dropped[i]
+            i += 1
+            for q in current_users(x):
+                if q in dset or q in switch:
+                    continue
+                best, best_cost = -1, 0.0
+                for j in prep.vnodes(q):
+                    if j == pick[q] or any(k in dset for k in kids[j]):
+                        continue
+                    extra = cost[j] + sum(cost[pick[k]] for k in kids[j] if refs[k] == 0)
+                    if (best < 0 or extra < best_cost) and not (cyclic[q] and reaches(kids[j], q)):
+                        best, best_cost = j, extra
+                if best >= 0:
+                    switch[q] = best
+                elif q in root_set or len(dropped) >= DROP_MAX_CLASSES:
+                    return False
+                else:
+                    dropped.append(q)
+                    dset.add(q)
+        if not switch or any(any(k in dset for k in kids[j]) for j in switch.values()):
+            return False
+        undo: list = []
+        old = {q: pick[q] for q in switch}
+        delta = 0.0
+        for q, j in switch.items():
+            cur = pick[q]
+            delta += cost[j] - cost[cur]
+            for k in kids[j]:
+                delta += acquire(k, undo)
+            pick[q] = j
+            for k in kids[cur]:
+                delta -= release(k, undo)
+        if delta < -1e-9 and not any(cyclic[q] and reaches(kids[pick[q]], q) for q in switch):
+            return True
+        for x, dd in reversed(undo):
+            refs[x] += dd
+        for q, cur in old.items():
+            pick[q] = cur
+        return False
+
     ncls = p.ncls
     moves = 0
     for _ in range(passes):
@@ -153,6 +222,15 @@ def _refine(p: _Problem, pick: list[int], rroots: list[int], prep: _Prepared, de
             if refs[s_cls] == 0 and group(s_cls):
                 moves += 1
                 improved = True
+        if not improved:
+            # kernels read by several classes: try to leave them all at once (drop)
+            for s_cls in shared:
+                if time.perf_counter() > deadline:
+                    return moves
+                if refs[s_cls] > 0 and s_cls not in root_set and cost[pick[s_cls]] >= DROP_MIN_COST \
+                        and drop(s_cls):
+                    moves += 1
+                    improved = True
         if not improved:
             break
     return moves

@@ -64,6 +64,9 @@ class HorizontalContext:
             bridge reads off FX meta (``optimus_bridge.grad_facts.facts``); None: no gradient signatures.
         skipped: rounds not run because the e-graph's deadline (``Limits.seconds`` of the whole call) had
             passed.
+        alternatives: a non-destructive round (eqsat, tensat) also draws members from the forms of the
+            plan's e-classes that the plan did not choose (:meth:`PlanGraph.add_alternatives`); False: the
+            plan's e-nodes only (the round before this existed).
     """
 
     tr: object
@@ -76,6 +79,7 @@ class HorizontalContext:
     skipped: int = 0
     grad_facts: Callable | None = None
     eager_terms: Callable | None = None
+    alternatives: bool = True
 
 
 def pattern_options(pattern, overrides: dict) -> dict:
@@ -140,12 +144,19 @@ def fuse_round(egraph, patterns: Sequence, ctx: HorizontalContext, destructive: 
     if not plan.acyclic():
         # a plan whose kept FX nodes cannot keep their order: lowering rejects it anyway; fuse nothing
         return 0
-    writer = RowWriter(ctx.tr, view, choice, ctx.alloc, eager_terms(ctx).values)
+    alternatives = not destructive and ctx.alternatives
+    if alternatives:
+        # members from any equivalent form of an e-class, not only the plan's (PlanGraph.add_alternatives);
+        # a group of one plan kernel's pieces is not added (PlanGraph.worth_adding)
+        plan.add_alternatives()
+    writer = RowWriter(ctx.tr, view, plan.choice, ctx.alloc, eager_terms(ctx).values)
     fused: set = set()
     groups = 0
     for p in patterns:
         opts = pattern_options(p, ctx.options)
         for members in plan.groups(p.group_key, opts, fused):
+            if alternatives and not plan.worth_adding(members):
+                continue
             p.build(writer, members)
             if destructive:
                 for m in members:

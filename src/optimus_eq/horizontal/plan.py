@@ -37,6 +37,19 @@ from optimus_eq.extract.plan import chosen_list
 from optimus_eq.horizontal.subsets import greedy_subsets
 
 LIST_OPS = frozenset(["Cons", "Nil", "ACons", "ANil"])
+#: E-node kinds an alternative form may use (:meth:`PlanGraph.add_alternatives`): ops first (they make
+#: members), then views, then cats (a cat of per-piece ops that folded into one wide op), then the list
+#: cells; ``Leaf`` e-nodes are not followed.
+ALT_OPS = ("Unary", "Binary", "Apply")
+ALT_VIEWS = ("Narrow", "Select", "Reshape", "Permute", "Unsqueeze")
+ALT_LISTS = ("ACons", "ANil", "Cons", "Nil")
+_ALT_RANK = {op: i for i, op in enumerate(ALT_OPS + ALT_VIEWS + ("Cat",) + ALT_LISTS)}
+#: How many e-classes below the plan an alternative form may reach (list cells not counted; the split
+#: tanh example needs 2: ``narrow(tanh(x))`` -> ``tanh(narrow(x))`` -> ``narrow(x)``; a cat of
+#: ``sigmoid(tanh(piece) * 2)`` needs 4), and at most how many e-classes the forms
+#: of one round may add (per plan class, plus a floor), so the round's work stays linear in the plan.
+ALT_DEPTH = 4
+ALT_BUDGET_PER_CLASS, ALT_BUDGET_MIN = 2, 1_000
 
 
 @dataclass
@@ -107,6 +120,11 @@ class PlanGraph:
         self._sig: dict | None = None   # class -> grad signature (see grad_signature)
         self._reach = None
         self._grad: set | None = None
+        self._plan = frozenset(choice)   # the plan's classes (``choice`` is extended by add_alternatives)
+        self._form: dict = {}            # plan class -> its alternative member form (see add_alternatives)
+        self._source: dict = {}          # member class -> its source (see source)
+        self.alternatives = False        # add_alternatives ran and added something
+        self.choice = dict(choice)
         nodes = view.nodes
         for c, nid in choice.items():
             en = nodes[nid]
@@ -166,6 +184,8 @@ class PlanGraph:
             return self._members[c]
         m = None
         nid = self.choice.get(c) if not isinstance(c, tuple) else None
+        if nid is not None and c in self._form and not self._is_op(nid):
+            nid = self._form[c]  # the plan's e-node is a view: the class's op form is the candidate
         if nid is not None:
             en = self.view.nodes[nid]
             tr = self.tr
@@ -181,6 +201,184 @@ class PlanGraph:
                            self.eager_contiguous.get(c, True))
         self._members[c] = m
         return m
+
+    def _is_op(self, nid) -> bool:
+        """E-node ``nid`` is a pure op with a recipe (what a member may be), not an opaque one."""
+        en = self.view.nodes[nid]
+        tr = self.tr
+        return en.op in ALT_OPS and bool(en.literals) and en.literals[0] in tr.recipes \
+            and en.literals[0] not in tr.opaque_keys
+
+    # -- alternative forms: members drawn from any e-node of an e-class ----------------------------------
+    def add_alternatives(self, depth: int = ALT_DEPTH, budget: int | None = None) -> int:
+        """Make the e-graph's other forms of the plan's values visible to the group search.
+
+        The plan holds one e-node per class; a group may exist only in another equivalent form (six
+        same-shape tanhs, three of them on pieces of one split: the plan computes one wide tanh and three
+        narrows of it, and the three per-piece tanhs are e-nodes the plan did not choose). For every plan
+        class, its first other op e-node whose children can be computed (they are plan classes, or
+        classes given a form here, at most ``depth`` classes below the plan, ops preferred, then views and
+        argument lists) is its *alternative form*: its children get an edge to the class (so the search
+        reaches them, and independence counts them: the class is taken to depend on both forms'
+        inputs), a class of the plan whose chosen e-node is a view becomes a candidate through that form
+        (:meth:`member`), and the classes below it become candidates through their own forms. Which form
+        wins is left to extraction: a group is one more alternative of its members' classes.
+
+        Acyclic by construction: a class given a form is ready after the last plan class its form
+        reads (its position in the plan's topological order), and feeds a plan class only when that
+        class comes later. ``budget`` bounds the classes given a form (default: ``ALT_BUDGET_PER_CLASS``
+        per plan class, at least ``ALT_BUDGET_MIN``). Returns the number of classes added to the graph.
+        Call after :meth:`acyclic` (which it needs) and before :meth:`groups`.
+        """
+        pos = self._positions()
+        view, g = self.view, self.g
+        nodes, classes = view.nodes, view.classes
+        plan, choice, tr = self._plan, self.choice, self.tr
+        if budget is None:
+            budget = max(ALT_BUDGET_MIN, ALT_BUDGET_PER_CLASS * len(plan))
+        state: dict = {}          # class outside the plan -> (form e-node, ready) | None (none, or in progress)
+        order: list = []          # classes given a form, children before parents
+        list_ready: dict = {}
+
+        def usable(en) -> bool:
+            if en.op in ALT_OPS:
+                return bool(en.literals) and en.literals[0] in tr.recipes and en.literals[0] not in tr.opaque_keys
+            return en.op in _ALT_RANK
+
+        def ready_in_plan(k) -> float:
+            if k in pos:
+                return pos[k]
+            r = list_ready.get(k)
+            if r is None:  # a list class of the plan: ready after its elements
+                r = list_ready[k] = max((pos.get(e, -1.0) for e in self.elements(k)), default=-1.0)
+            return r
+
+        def resolve(a, d):
+            """The position after which class ``a`` (outside the plan) can be computed, or None."""
+            if a in state:
+                s = state[a]
+                return None if s is None else s[1]
+            if len(order) >= budget:
+                return None
+            state[a] = None  # in progress: a cycle back to ``a`` fails
+            nids = [n for n in classes.get(a, ()) if usable(nodes[n])]
+            nids.sort(key=lambda n: _ALT_RANK[nodes[n].op])
+            for nid in nids:
+                en = nodes[nid]
+                is_list = en.op in ALT_LISTS
+                if not is_list and d <= 0:
+                    continue
+                r = -1.0
+                for k in en.children:
+                    rk = ready_in_plan(k) if k in plan else resolve(k, d if is_list else d - 1)
+                    if rk is None:
+                        break
+                    r = max(r, rk)
+                else:
+                    state[a] = (nid, r)
+                    choice[a] = nid
+                    order.append(a)
+                    return r
+            return None
+
+        edges: list = []
+        for c in list(g):
+            if isinstance(c, tuple) or c not in plan:
+                continue
+            chosen = choice[c]
+            kinds = set()  # at most one op form and one cat form per class
+            for nid in classes.get(c, ()):
+                en = nodes[nid]
+                kind = "op" if self._is_op(nid) else "cat" if en.op == "Cat" else None
+                if nid == chosen or kind is None or kind in kinds:
+                    continue
+                ok = True
+                for k in en.children:
+                    rk = ready_in_plan(k) if k in plan else resolve(k, depth)
+                    if rk is None or rk >= pos[c]:
+                        ok = False
+                        break
+                if ok:
+                    kinds.add(kind)
+                    if kind == "op" and not self._is_op(chosen):
+                        self._form[c] = nid
+                    edges.extend((k, c) for k in self.term_children(en))
+        if not edges:
+            return 0
+        # the classes some accepted form reads, children first; their own edges
+        used: set = set()
+        stack = [k for k, _ in edges if k not in plan]
+        while stack:
+            a = stack.pop()
+            if a in used or a in plan:
+                continue
+            used.add(a)
+            stack.extend(self.term_children(nodes[choice[a]]) if nodes[choice[a]].op not in LIST_OPS
+                         else nodes[choice[a]].children)
+        added = [a for a in order if a in used and nodes[choice[a]].op not in LIST_OPS]
+        for a in added:
+            g.add_node(a)
+        for a in added:
+            for k in self.term_children(nodes[choice[a]]):
+                g.add_edge(k, a)
+        g.add_edges_from(edges)
+        self.alternatives = True
+        self._pos = None
+        self._op_classes = None
+        return len(added)
+
+    def source(self, m: Member):
+        """The plan's kernel that computes member ``m``'s value now: its own class when the plan computes it
+        with its op, else the class of a plan op of the same name that ``m``'s class is a view of (a piece
+        of a wide op the vertical rules folded it into: ``narrow(tanh(x))``), else ``m``'s class."""
+        c = m.cls
+        got = self._source.get(c)
+        if got is None:
+            got = self._source[c] = self._find_source(m)
+        return got
+
+    def _find_source(self, m: Member):
+        c = m.cls
+        choice, nodes, classes = self.choice, self.view.nodes, self.view.classes
+        if c in self._plan and c not in self._form:
+            return c
+        name = m.recipe.name
+        seen = {c}
+        level = [c]
+        for _ in range(ALT_DEPTH):
+            nxt = []
+            for x in level:
+                for nid in classes.get(x, ()):
+                    en = nodes[nid]
+                    if en.op not in ALT_VIEWS:
+                        continue
+                    k = en.children[0]
+                    if k in seen:
+                        continue
+                    seen.add(k)
+                    if k in self._plan and k not in self._form and self._is_op(choice[k]):
+                        km = self.member(k)
+                        if km is not None and km.recipe.name == name:
+                            return k
+                    nxt.append(k)
+            level = nxt
+        return c
+
+    def worth_adding(self, members: list) -> bool:
+        """Whether a group can save a kernel: its members are computed by at least two of the plan's kernels
+        (:meth:`source`). A group of pieces of one wide op (the plan computes ``relu(x)`` once and reads
+        its narrows) would only add an alternative no plan takes, and e-graph growth with it. ``members``:
+        Members or their classes."""
+        if len(members) < 2:
+            return True  # a rewrite of one op (einsum_to_pointwise_pass, decompose_mm_pass): not a group
+        first = None
+        for m in members:
+            s = self.source(m if isinstance(m, Member) else self.member(m))
+            if first is None:
+                first = s
+            elif s != first:
+                return True
+        return False
 
     # -- gradient facts ---------------------------------------------------------------------------------
     def grad_signature(self, c):
@@ -350,7 +548,7 @@ class PlanGraph:
                 level = nxt
                 d += 1
             for k, cands in found.items():
-                if len(cands) < lo:
+                if len(cands) < lo or (self.alternatives and lo > 1 and not self.worth_adding(cands)):
                     continue
                 yield from self._independent_subsets(cands, options, fused)
         if getattr(group_key, "shared_input", False):
@@ -365,7 +563,7 @@ class PlanGraph:
                 if k in viable and c not in fused:
                     by_key.setdefault(k, []).append(c)
             for cands in by_key.values():
-                if len(cands) >= lo:
+                if len(cands) >= lo and not (self.alternatives and lo > 1 and not self.worth_adding(cands)):
                     yield from self._independent_subsets(cands, options, fused)
 
     def _independent_subsets(self, cands: list, options: dict, fused: set) -> Iterator[list[Member]]:
