@@ -80,6 +80,32 @@ def _target_text(target) -> str:
     return f"{getattr(target, '__module__', '')}.{name}"
 
 
+def _topological_order(g: nx.DiGraph) -> list:
+    """``list(nx.topological_sort(g))``, the same order (Kahn's algorithm, generation by generation: a
+    first-in first-out queue of the nodes whose inputs are all placed, children in adjacency order), read
+    straight off networkx's adjacency dicts: 3-4x faster than networkx's generator, which the group search
+    runs again after each fused op that does not fit between its inputs and members (measured: 17 sorts of
+    a 160k-node plan, 2.5 of 3.6 s of the round on 512 parallel branches).
+
+    Raises:
+        networkx.NetworkXUnfeasible: when ``g`` has a cycle.
+    """
+    pred, succ = g._pred, g._succ
+    indegree = {v: len(p) for v, p in pred.items() if p}
+    order = [v for v, p in pred.items() if not p]
+    for v in order:  # grows while it is walked: the queue
+        for c in succ[v]:
+            d = indegree[c] - 1
+            if d:
+                indegree[c] = d
+            else:
+                del indegree[c]
+                order.append(c)
+    if indegree:
+        raise nx.NetworkXUnfeasible("Graph contains a cycle or graph changed during iteration")
+    return order
+
+
 class PlanGraph:
     """The dependency graph of one plan (module docstring).
 
@@ -397,7 +423,7 @@ class PlanGraph:
             networkx.NetworkXUnfeasible: when the graph has a cycle.
         """
         if self._pos is None:
-            self._seq = list(nx.topological_sort(self.g))
+            self._seq = _topological_order(self.g)
             self._pos = {v: float(i) for i, v in enumerate(self._seq)}
             self._keys = list(range(len(self._seq)))
         return self._pos
