@@ -458,12 +458,59 @@ class PlanGraph:
             return
         lo = max((self._pos[u] for u in preds), default=-1.0)
         hi = min(self._pos[m.cls] for m in members)
-        if lo < hi:  # a slot between its inputs and its first member: keep the order, no re-sort
-            p = (lo + hi) / 2 if hi - lo > 1e-9 else None
-            if p is not None:
-                i = bisect.bisect_left(self._keys, p)
-                self._keys.insert(i, p)
-                self._seq.insert(i, f)
-                self._pos[f] = p
+        if lo >= hi and not self._reorder(preds, [m.cls for m in members], lo, hi):
+            self._pos = None  # sort again when next needed
+            return
+        lo = max((self._pos[u] for u in preds), default=-1.0)
+        hi = min(self._pos[m.cls] for m in members)
+        # a slot between its inputs and its first member: keep the order, no re-sort
+        p = (lo + hi) / 2 if hi - lo > 1e-9 else None
+        if p is None:
+            self._pos = None
+            return
+        i = bisect.bisect_left(self._keys, p)
+        if i < len(self._keys) and self._keys[i] == p:  # taken (an earlier fused op between lo and hi):
+            p = (self._keys[i - 1] + p) / 2             # the same place in the order, a position of its own
+            if not self._keys[i - 1] < p < self._keys[i]:
+                self._pos = None
                 return
-        self._pos = None  # an input comes after a member: sort again when next needed
+        self._keys.insert(i, p)
+        self._seq.insert(i, f)
+        self._pos[f] = p
+
+    def _reorder(self, preds: set, members: list, lo: float, hi: float) -> bool:
+        """Repair the topological order for a fused op whose inputs ``preds`` reach up to position ``lo`` while
+        a member sits at ``hi`` <= ``lo`` (Pearce and Kelly's dynamic topological order, JEA 2006): the nodes
+        reachable from the members up to ``lo`` move, in their order, after the nodes that reach the inputs
+        from ``hi`` on, in theirs, within the positions both sets held; nothing else moves. Replaces a full
+        re-sort of the plan (0.3 s at 400k nodes, once per such group: 45 of them on 512 parallel
+        branches). Returns False (the caller re-sorts) when a member reaches an input: a cycle."""
+        pos, succ, pred = self._pos, self.g._succ, self.g._pred
+        fwd = set()
+        stack = [m for m in members if pos[m] <= lo]
+        fwd.update(stack)
+        while stack:
+            v = stack.pop()
+            for w in succ[v]:
+                if w not in fwd and pos.get(w, lo + 1) <= lo:
+                    fwd.add(w)
+                    stack.append(w)
+        back = set()
+        stack = [u for u in preds if pos[u] >= hi]
+        back.update(stack)
+        while stack:
+            v = stack.pop()
+            for w in pred[v]:
+                if w not in back and pos.get(w, hi - 1) >= hi:
+                    back.add(w)
+                    stack.append(w)
+        if fwd & back:
+            return False
+        key = pos.__getitem__
+        moved = sorted(back, key=key) + sorted(fwd, key=key)
+        slots = sorted(map(key, moved))
+        keys, seq = self._keys, self._seq
+        for p, v in zip(slots, moved):
+            pos[v] = p
+            seq[bisect.bisect_left(keys, p)] = v
+        return True
