@@ -230,7 +230,13 @@ class EGraphView:
     def assign_costs(self, model: GPUCostModel, forced: set) -> None:
         """Set every e-node's ``cost``: its forward cost, plus its backward's (:mod:`optimus_eq.extract.grad`)
         when ``gradients`` is set and the model prices training."""
-        sizes = {c: numel(s) for c, s in self.shapes.items()}
+        by_shape: dict = {}  # shape -> numel: a few hundred distinct shapes among 10^5 classes
+        sizes: dict = {}
+        for c, s in self.shapes.items():
+            n = by_shape.get(s, by_shape)
+            if n is by_shape:
+                n = by_shape[s] = numel(s)
+            sizes[c] = n
         memo: dict = {}
         for nid, node in self.nodes.items():
             get = sizes.get

@@ -125,6 +125,7 @@ class PlanGraph:
         self.eager_contiguous = eager_contiguous
         self.g = nx.DiGraph()
         self._members: dict = {}
+        self._signatures: dict = {}  # op key -> Member.signature
         self._fresh = 0
         self._pos: dict | None = None   # topological positions (see _positions)
         self._seq: list = []
@@ -201,10 +202,12 @@ class PlanGraph:
                 r = tr.recipes[key]
                 inputs = self.term_children(en)
                 shapes = self.view.shapes
+                sig = self._signatures.get(key)
+                if sig is None:  # one per op key (the ops of many classes share one): reprs of its recipe
+                    sig = self._signatures[key] = (r.name, r.op, _target_text(r.target), repr(r.args),
+                                                   repr(sorted(r.kwargs.items())))
                 m = Member(c, en.op, key, r, tr.types[key], inputs, [shapes.get(i) for i in inputs],
-                           shapes.get(c), (r.name, r.op, _target_text(r.target), repr(r.args),
-                                           repr(sorted(r.kwargs.items()))), c in self.outputs,
-                           self.eager_contiguous.get(c, True))
+                           shapes.get(c), sig, c in self.outputs, self.eager_contiguous.get(c, True))
         self._members[c] = m
         return m
 
