@@ -93,6 +93,32 @@ def _target_text(target) -> str:
     return f"{getattr(target, '__module__', '')}.{name}"
 
 
+def _topological_order(g: nx.DiGraph) -> list:
+    """``list(nx.topological_sort(g))``, the same order (Kahn's algorithm, generation by generation: a
+    first-in first-out queue of the nodes whose inputs are all placed, children in adjacency order), read
+    straight off networkx's adjacency dicts: 3-4x faster than networkx's generator, which the group search
+    runs again after each fused op that does not fit between its inputs and members (measured: 17 sorts of
+    a 160k-node plan, 2.5 of 3.6 s of the round on 512 parallel branches).
+
+    Raises:
+        networkx.NetworkXUnfeasible: when ``g`` has a cycle.
+    """
+    pred, succ = g._pred, g._succ
+    indegree = {v: len(p) for v, p in pred.items() if p}
+    order = [v for v, p in pred.items() if not p]
+    for v in order:  # grows while it is walked: the queue
+        for c in succ[v]:
+            d = indegree[c] - 1
+            if d:
+                indegree[c] = d
+            else:
+                del indegree[c]
+                order.append(c)
+    if indegree:
+        raise nx.NetworkXUnfeasible("Graph contains a cycle or graph changed during iteration")
+    return order
+
+
 class PlanGraph:
     """The dependency graph of one plan (module docstring).
 
@@ -112,6 +138,7 @@ class PlanGraph:
         self.eager_contiguous = eager_contiguous
         self.g = nx.DiGraph()
         self._members: dict = {}
+        self._signatures: dict = {}  # op key -> Member.signature
         self._fresh = 0
         self._pos: dict | None = None   # topological positions (see _positions)
         self._seq: list = []
@@ -195,10 +222,12 @@ class PlanGraph:
                 r = tr.recipes[key]
                 inputs = self.term_children(en)
                 shapes = self.view.shapes
+                sig = self._signatures.get(key)
+                if sig is None:  # one per op key (the ops of many classes share one): reprs of its recipe
+                    sig = self._signatures[key] = (r.name, r.op, _target_text(r.target), repr(r.args),
+                                                   repr(sorted(r.kwargs.items())))
                 m = Member(c, en.op, key, r, tr.types[key], inputs, [shapes.get(i) for i in inputs],
-                           shapes.get(c), (r.name, r.op, _target_text(r.target), repr(r.args),
-                                           repr(sorted(r.kwargs.items()))), c in self.outputs,
-                           self.eager_contiguous.get(c, True))
+                           shapes.get(c), sig, c in self.outputs, self.eager_contiguous.get(c, True))
         self._members[c] = m
         return m
 
@@ -595,7 +624,7 @@ class PlanGraph:
             networkx.NetworkXUnfeasible: when the graph has a cycle.
         """
         if self._pos is None:
-            self._seq = list(nx.topological_sort(self.g))
+            self._seq = _topological_order(self.g)
             self._pos = {v: float(i) for i, v in enumerate(self._seq)}
             self._keys = list(range(len(self._seq)))
         return self._pos
@@ -630,12 +659,59 @@ class PlanGraph:
             return
         lo = max((self._pos[u] for u in preds), default=-1.0)
         hi = min(self._pos[m.cls] for m in members)
-        if lo < hi:  # a slot between its inputs and its first member: keep the order, no re-sort
-            p = (lo + hi) / 2 if hi - lo > 1e-9 else None
-            if p is not None:
-                i = bisect.bisect_left(self._keys, p)
-                self._keys.insert(i, p)
-                self._seq.insert(i, f)
-                self._pos[f] = p
+        if lo >= hi and not self._reorder(preds, [m.cls for m in members], lo, hi):
+            self._pos = None  # sort again when next needed
+            return
+        lo = max((self._pos[u] for u in preds), default=-1.0)
+        hi = min(self._pos[m.cls] for m in members)
+        # a slot between its inputs and its first member: keep the order, no re-sort
+        p = (lo + hi) / 2 if hi - lo > 1e-9 else None
+        if p is None:
+            self._pos = None
+            return
+        i = bisect.bisect_left(self._keys, p)
+        if i < len(self._keys) and self._keys[i] == p:  # taken (an earlier fused op between lo and hi):
+            p = (self._keys[i - 1] + p) / 2             # the same place in the order, a position of its own
+            if not self._keys[i - 1] < p < self._keys[i]:
+                self._pos = None
                 return
-        self._pos = None  # an input comes after a member: sort again when next needed
+        self._keys.insert(i, p)
+        self._seq.insert(i, f)
+        self._pos[f] = p
+
+    def _reorder(self, preds: set, members: list, lo: float, hi: float) -> bool:
+        """Repair the topological order for a fused op whose inputs ``preds`` reach up to position ``lo`` while
+        a member sits at ``hi`` <= ``lo`` (Pearce and Kelly's dynamic topological order, JEA 2006): the nodes
+        reachable from the members up to ``lo`` move, in their order, after the nodes that reach the inputs
+        from ``hi`` on, in theirs, within the positions both sets held; nothing else moves. Replaces a full
+        re-sort of the plan (0.3 s at 400k nodes, once per such group: 45 of them on 512 parallel
+        branches). Returns False (the caller re-sorts) when a member reaches an input: a cycle."""
+        pos, succ, pred = self._pos, self.g._succ, self.g._pred
+        fwd = set()
+        stack = [m for m in members if pos[m] <= lo]
+        fwd.update(stack)
+        while stack:
+            v = stack.pop()
+            for w in succ[v]:
+                if w not in fwd and pos.get(w, lo + 1) <= lo:
+                    fwd.add(w)
+                    stack.append(w)
+        back = set()
+        stack = [u for u in preds if pos[u] >= hi]
+        back.update(stack)
+        while stack:
+            v = stack.pop()
+            for w in pred[v]:
+                if w not in back and pos.get(w, hi - 1) >= hi:
+                    back.add(w)
+                    stack.append(w)
+        if fwd & back:
+            return False
+        key = pos.__getitem__
+        moved = sorted(back, key=key) + sorted(fwd, key=key)
+        slots = sorted(map(key, moved))
+        keys, seq = self._keys, self._seq
+        for p, v in zip(slots, moved):
+            pos[v] = p
+            seq[bisect.bisect_left(keys, p)] = v
+        return True
