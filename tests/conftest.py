@@ -22,6 +22,7 @@ so ``fn``'s outputs need not line up with the graph's).
 from __future__ import annotations
 
 import logging
+import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -34,6 +35,9 @@ from torch.utils._pytree import tree_leaves
 
 import optimus_eq
 import oracle
+
+# bench/'s scripts (phase_order, scale, synthetic) are imported by tests; the bench package is installed
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "bench"))
 
 STRATEGIES = ("greedy", "eqsat")
 
