@@ -16,6 +16,8 @@ NO_GRAD_IDENTITY_VIEWS = {
     "view_same_shape": lambda x: x.view(4, 12),
     "slice_all": lambda x: x[:, :],
     "split_one_piece": lambda x: torch.split(x, 12, 1)[0],
+    "permute_identity": lambda x: x.permute(0, 1),
+    "narrow_full": lambda x: x.narrow(1, 0, 12),
 }
 
 _REASON = ("a no-op view inside `with torch.no_grad()` is simplified to its input (a placeholder of the "
@@ -44,5 +46,18 @@ def test_no_grad_identity_view_returned_does_not_require_grad(strategy):
         with torch.no_grad():
             u = x.view(4, 12)
         return u, x * 2
+
+    check(f, [rand(4, 12)], strategy, trace_grad=True)
+
+
+@pytest.mark.xfail(strict=True, reason=_REASON)
+def test_no_grad_identity_view_inside_autocast_keeps_no_gradient(strategy):
+    """The same inside nested autocast / no_grad regions (the no_grad segment sits between two autocast ones)."""
+    def f(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            with torch.no_grad():
+                u = x[:, :]
+            v = u.sum(1)
+        return v * x.sum(1)
 
     check(f, [rand(4, 12)], strategy, trace_grad=True)
