@@ -61,3 +61,29 @@ def test_no_grad_identity_view_inside_autocast_keeps_no_gradient(strategy):
         return v * x.sum(1)
 
     check(f, [rand(4, 12)], strategy, trace_grad=True)
+
+
+@pytest.mark.xfail(strict=True, reason=_REASON)
+@pytest.mark.parametrize("strategy_name", ["greedy", "eqsat"])
+def test_backend_no_grad_identity_view_gives_wrong_gradient(strategy_name):
+    """The same through the backend (``torch.compile``, no Inductor): a training step's gradient is wrong."""
+    import optimus_eq
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(4, 12))
+
+        def forward(self, x):
+            h = x * self.w
+            with torch.no_grad():
+                scale = h.view(4, 12)  # a no-grad copy of h's values (a view made under no_grad)
+            return (h * scale).sum()
+
+    m = M()
+    x = torch.randn(4, 12)
+    m(x).backward()
+    expected = m.w.grad.clone()
+    m.w.grad = None
+    torch.compile(m, backend=optimus_eq.backend(strategy_name, compile=False))(x).backward()
+    torch.testing.assert_close(m.w.grad, expected)
