@@ -46,6 +46,8 @@ class AtenTranslator(Translator):
     vocab = aten_vocab
     #: AOTAutograd's graphs are functional over distinct inputs (:func:`~optimus_bridge.translate.frozen_nodes`)
     inputs_may_alias = False
+    #: AOTAutograd's graphs carry no autograd state (their backward is a graph of its own)
+    keeps_no_grad_views = False
 
     def visible_outputs(self) -> frozenset | None:
         """The flat outputs the user sees: in a backward graph (placeholders ``tangents_*``) none, its

@@ -454,6 +454,8 @@ class Translator:
     inputs_may_alias = True
     #: keep the nodes that give the outputs eager's aliasing (:func:`output_alias_nodes`)
     keeps_output_aliasing = True
+    #: under ``no_grad``, keep the views of tensors that require grad (:meth:`_no_grad_views`)
+    keeps_no_grad_views = True
 
     def visible_outputs(self) -> frozenset | None:
         """Indices of the flat outputs whose aliasing among each other and with the inputs the user sees,
@@ -587,6 +589,8 @@ class Translator:
     def run(self) -> Translation:
         t = self.t
         t.frozen = frozen_nodes(self.gm, self.vocab, self.inputs_may_alias) | self._global_state_region()
+        if self.keeps_no_grad_views and not torch.is_grad_enabled():
+            t.frozen |= self._no_grad_views()
         t.visible_outputs = self.visible_outputs()
         if VISIBLE_OUTPUTS in self.gm.meta:  # a segment: its other outputs are read by later nodes only
             out = next(n for n in reversed(self.gm.graph.nodes) if n.op == "output")
@@ -626,6 +630,21 @@ class Translator:
         # rewritten not to need them (relu pieces of a split whose cat after an autocast region folded)
         t.roots.extend(n for live in t.barriers.values() for n in live if n in t.node_id)
         return t
+
+    def _no_grad_views(self) -> set[Node]:
+        """Computed nodes whose value requires grad though the graph runs under ``no_grad`` (a segment of
+        :mod:`optimus_bridge.regions`, or a graph compiled under ``torch.no_grad()``): only views of tensors
+        that require grad do (fresh results do not). Such a view requires grad but has no ``grad_fn``, so
+        no gradient flows through it to its base; folding ``x.view(x.shape)`` to ``x`` would make one flow
+        (breaker: ``u * x`` with ``u`` viewed under no_grad got the gradient ``2x``). They stay as written."""
+        keep = set()
+        for n in self.gm.graph.nodes:
+            if n.op in ("call_function", "call_method", "call_module"):
+                val = meta_val(n)
+                vals = val if isinstance(val, (tuple, list)) else (val,)
+                if any(isinstance(v, torch.Tensor) and v.requires_grad for v in vals):
+                    keep.add(n)
+        return keep
 
     def _global_state_region(self) -> set[Node]:
         """Nodes from the first to the last global-state change, which all stay as they are."""
