@@ -195,12 +195,14 @@ def _fallback(actual: torch.Tensor, expected: torch.Tensor, what: str, reason: s
 
 
 def assert_values(actual: torch.Tensor, expected: torch.Tensor, ref64, what: str = "output",
-                  grad: bool = False, why_not: str = "no reference given") -> None:
+                  grad: bool = False, why_not: str = "no reference given", precision=None) -> None:
     """Values of ``actual`` (ours) are as right as ``expected`` (eager's), judged by ``ref64``, the same
     value computed in float64 (or None: no reference); the rule is in the module docstring.
 
     Shapes must already agree. Integer and bool tensors must be equal. ``grad``: a gradient (only the
-    fallback tolerance of bf16/fp16 differs). Raises AssertionError with the errors found.
+    fallback tolerance of bf16/fp16 differs). ``precision``: the coarsest floating dtype the value was
+    computed through, when coarser than its own (a float32 gradient that flowed back through float16 outputs):
+    the ulp floor is that dtype's. Raises AssertionError with the errors found.
     """
     a, e = actual.detach(), expected.detach()
     if not (e.is_floating_point() or e.is_complex()):
@@ -223,7 +225,8 @@ def assert_values(actual: torch.Tensor, expected: torch.Tensor, ref64, what: str
     if not fin.any():
         return
     err_a, err_e = (a64 - r).abs()[fin], (e64 - r).abs()[fin]
-    floor = ULPS * torch.finfo(e.dtype).eps * float(r.abs()[fin].max())
+    eps = max(torch.finfo(e.dtype).eps, torch.finfo(precision).eps if precision is not None else 0.0)
+    floor = ULPS * eps * float(r.abs()[fin].max())
     bound = K * float(err_e.max()) + floor
     worst = float(err_a.max())
     if bound > 0 and CLOSEST[0] < worst / bound <= 1:
@@ -233,7 +236,8 @@ def assert_values(actual: torch.Tensor, expected: torch.Tensor, ref64, what: str
         raise AssertionError(
             f"{what}: ours is {worst:.3g} from the float64 reference (at index {idx}: ours {float(a64[idx]):.9g}, "
             f"eager {float(e64[idx]):.9g}, float64 {float(r[idx]):.9g}); eager is at most {float(err_e.max()):.3g} "
-            f"from it; allowed {K:g} x that + {ULPS:g} ulp of max|ref| = {bound:.3g} ({e.dtype})")
+            f"from it; allowed {K:g} x that + {ULPS:g} ulp of max|ref| = {bound:.3g} "
+            f"({e.dtype if precision is None else f'{e.dtype}, through {precision}'})")
 
 
 def _observable_strides(t: torch.Tensor) -> tuple:

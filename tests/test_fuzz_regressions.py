@@ -622,3 +622,50 @@ def test_post_grad_restride_ignores_storage_shared_with_saved_tensors():
         return [x1], [x1]
 
     _post_grad_ok(f, make_inputs)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_segment_keeps_a_view_of_an_input_beside_a_folded_internal_output(strategy):
+    """Seed 905020 (H200 fuzz, final code of the regions change): before a ``no_grad`` region,
+    ``v1 = concat([x0])`` (read only after the region) folds to x0 and ``v4`` is a view of x0 returned to the
+    user. In the first segment both are outputs that share x0's storage; the copy meant for the pair went to
+    v4, the one that must stay a view. A segment's internal outputs may share anything: the other output is
+    copied only if it needs a copy for itself."""
+    from fuzzing import run_program
+
+    def f(x0, x1):
+        v1 = torch.concat([x0], 0)
+        v2 = torch.cat([x1], 0)
+        v4 = x0.reshape(8, -1).view(8).reshape(8, -1)
+        with torch.no_grad():
+            v5 = torch.sigmoid(v2)
+        v6 = v4.reshape(8, -1).view(8, 1).reshape(8, -1)
+        return (v4, v5, v6, torch.concat([v1], -1), x0)
+
+    def make_inputs():
+        x0, x1 = rand(8, seed=11).bfloat16().requires_grad_(), rand(4, seed=12).bfloat16().requires_grad_()
+        return [x0, x1], [x0, x1]
+
+    got = run_program(f, make_inputs, [strategy])[strategy]
+    assert got.kind == "ok", got
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_float32_gradient_through_float16_outputs_is_judged_at_float16(strategy):
+    """Seed 902187 (H200 fuzz): ``tanh(x.half())`` and ``tanh(x.half().reshape(6, 2))`` are one value; merged,
+    their two float16 output gradients are summed before the tanh backward, in eager after it. Ours was 1.2
+    float16 ulps from the float64 gradient, eager 0.2; the oracle's ulp floor was float32's (the leaf's
+    dtype). The gradient flows back through float16, so its floor is float16's now (``fuzzing._precision``)."""
+    from fuzzing import SMALL, run_program
+
+    def f(x0):
+        v3 = x0.to(torch.float16)
+        return torch.tanh(v3), torch.tanh(v3.reshape(6, 2))
+
+    def make_inputs():
+        g = torch.Generator().manual_seed(122407982)
+        x0 = torch.randn((6, 2), generator=g).requires_grad_()
+        return [x0], [x0]
+
+    got = run_program(f, make_inputs, [strategy], pattern_options=SMALL)[strategy]
+    assert got.kind == "ok", got

@@ -647,10 +647,13 @@ def _outputs_to_copy(outs: list[int], old: list, eager: list[set], ours: list[se
                    and (("out", k) in eager[i] or ("out", i) in eager[k]))
 
     copy = {i for i in outs if any(a[0] == "in" for a in ours[i] - eager[i])}
+    considered = set(outs)
     for i in outs:
         for a in sorted(ours[i] - eager[i]):
             k = a[1]
-            if a[0] != "out" or i in copy or k in copy or old[k] is old[i]:
+            # an output not considered (a segment's internal output) may share anything: the copy goes to the
+            # other one only if it needs one for itself (fuzz seed 905020: a view of an input was copied)
+            if a[0] != "out" or k not in considered or i in copy or k in copy or old[k] is old[i]:
                 continue
             copy.add(k if eager_partners(k) < eager_partners(i) else i)
     return copy
