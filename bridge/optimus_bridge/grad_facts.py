@@ -73,6 +73,20 @@ def propagate_reach(nodes, carries_grad, source_bit, out_node=None, out_masks=No
     return carries, reaches
 
 
+def eager_reach(nodes: list, out_masks=None) -> tuple:
+    """Eager's gradient paths over FX ``nodes`` (a whole graph, in order), from the FakeTensor meta:
+    ``(requires grad per node, sources, carries, reaches)`` (:func:`propagate_reach`; a source is a node that
+    requires grad while none of its inputs does, bit i for ``sources[i]``)."""
+    rg = {n: _requires_grad(n) for n in nodes if n.op != "output"}
+    sources = [n for n in nodes if rg.get(n) and not any(rg.get(a) for a in n.all_input_nodes)]
+    if not sources:
+        return rg, sources, {}, {}
+    bit = {n: 1 << i for i, n in enumerate(sources)}
+    out_node = next(n for n in reversed(nodes) if n.op == "output")
+    carries, reaches = propagate_reach(nodes, lambda n, m: rg[n], lambda n: bit.get(n, 0), out_node, out_masks)
+    return rg, sources, carries, reaches
+
+
 def _compute_facts(tr, level: str):
     """One walk over ``tr``'s graph for :class:`GradientInfo` and :class:`GradientReach`."""
     if level != "pre_grad":
@@ -95,14 +109,10 @@ def _compute_facts(tr, level: str):
     info = GradientInfo(frozenset(grad), frozenset(no_grad), params) if computed else None
 
     nodes = list(tr.gm.graph.nodes)
-    rg = {n: _requires_grad(n) for n in nodes if n.op != "output"}
-    sources = [n for n in nodes if rg.get(n) and not any(rg.get(a) for a in n.all_input_nodes)]
+    rg, sources, carries, reaches = eager_reach(nodes, tr.gm.meta.get(OUTPUT_REACH))
     if not sources:
         return info, GradientReach()
-    bit = {n: 1 << i for i, n in enumerate(sources)}
     out_node = next(n for n in reversed(nodes) if n.op == "output")
-    carries, reaches = propagate_reach(nodes, lambda n, m: rg[n], lambda n: bit.get(n, 0), out_node,
-                                       tr.gm.meta.get(OUTPUT_REACH))
     # pure op keys whose eager nodes drop gradient: a term of that key carries none (lowering's check)
     key_of = {}
     for rel in ("UnaryIn", "BinaryIn", "ApplyIn"):

@@ -30,7 +30,7 @@ from torch.fx import Graph, GraphModule, Node
 
 from optimus_bridge import vocab
 from optimus_bridge.effects import changes_global_state
-from optimus_bridge.grad_facts import OUTPUT_REACH, _requires_grad, propagate_reach
+from optimus_bridge.grad_facts import OUTPUT_REACH, eager_reach
 from optimus_bridge.translate import VISIBLE_OUTPUTS, meta_val, storage_id
 
 _SWITCHES = {"_set_grad_enabled", "set_grad_enabled", "_enter_autocast", "_exit_autocast"}
@@ -85,7 +85,7 @@ def split(gm: GraphModule) -> list[Segment] | None:
         or None: no switch, or splitting refused (see the module docstring).
     """
     nodes = list(gm.graph.nodes)
-    switches = [n for n in nodes if changes_global_state(n)]
+    switches = {n for n in nodes if changes_global_state(n)}
     if not switches:
         return None
     if any(_name(n) not in _SWITCHES for n in switches):
@@ -128,13 +128,8 @@ def split(gm: GraphModule) -> list[Segment] | None:
 
 def _output_reach(gm: GraphModule) -> dict:
     """FX node -> mask of the graph's flat output positions it reaches along gradient paths (eager's, from
-    the meta), as :func:`optimus_bridge.grad_facts.propagate_reach` gives it for the whole graph."""
-    nodes = list(gm.graph.nodes)
-    rg = {n: _requires_grad(n) for n in nodes if n.op != "output"}
-    out = next(n for n in reversed(nodes) if n.op == "output")
-    sources = {n for n in nodes if rg.get(n) and not any(rg.get(a) for a in n.all_input_nodes)}
-    _, reaches = propagate_reach(nodes, lambda n, m: rg[n], lambda n: 1 if n in sources else 0, out)
-    return reaches
+    the meta: :func:`optimus_bridge.grad_facts.eager_reach` of the whole graph)."""
+    return eager_reach(list(gm.graph.nodes))[3]
 
 
 def _build(gm: GraphModule, seg: Segment) -> None:
