@@ -9,12 +9,15 @@ crosses a process), and prints markdown tables: outcomes per strategy (ok / wron
 invalid), wrong results by failed check and by issue 11's known class, fallback and crash causes, and
 programs per second. Each program that is not ok (invalid ones aside) is written to ``out`` as a script
 that reruns it (``<kind>_<strategy>_<seed>.py``, run with ``PYTHONPATH=src:bridge:bench:tests``).
-``--minutes`` stops handing out programs after that much wall time.
+``--minutes`` stops handing out programs after that much wall time. Each program's row is also appended to
+``out/rows.jsonl`` as it finishes, so a profile killed from outside keeps its results: ``--report ROWS`` prints
+the tables of such a file.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -93,30 +96,48 @@ def main(argv=None) -> None:
     p.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     p.add_argument("--out", default="fuzz_failures", help="folder for failing programs ('' for none)")
     p.add_argument("--minutes", type=float, default=None, help="stop handing out programs after this long")
+    p.add_argument("--report", default=None, metavar="ROWS", help="print the tables of a rows.jsonl file and stop")
     args = p.parse_args(argv)
     strategies = tuple(args.strategy.split(","))
+    if args.report:
+        rows = [json.loads(line) for line in Path(args.report).read_text().splitlines() if line.strip()]
+        print(report(rows, strategies, sum(r[4] for r in rows) / max(args.jobs, 1)))
+        return
+    log = None
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
+        log = open(Path(args.out) / "rows.jsonl", "a")
     jobs = [(seed, strategies, args.level, args.out) for seed in range(args.start, args.start + args.programs)]
     t0, rows = time.perf_counter(), []
     deadline = t0 + 60 * args.minutes if args.minutes else None
+
+    def keep(row) -> None:
+        rows.append(row)
+        if log:
+            log.write(json.dumps(row) + "\n")
+            log.flush()
+
     if args.jobs <= 1:
         _init()
         for job in jobs:
             if deadline and time.perf_counter() > deadline:
                 break
-            rows.append(_one(job))
+            keep(_one(job))
     else:
         import multiprocessing as mp
 
-        with mp.get_context("spawn").Pool(args.jobs, initializer=_init, maxtasksperchild=200) as pool:
-            for row in pool.imap_unordered(_one, jobs, chunksize=1):
-                rows.append(row)
-                if deadline and time.perf_counter() > deadline:
-                    pool.terminate()
-                    break
+        pool = mp.get_context("spawn").Pool(args.jobs, initializer=_init, maxtasksperchild=200)
+        results = pool.imap_unordered(_one, jobs, chunksize=1)
+        while len(rows) < len(jobs) and not (deadline and time.perf_counter() > deadline):
+            try:  # a timeout, so that the deadline holds even while every worker is busy with a slow program
+                keep(results.next(timeout=5))
+            except mp.TimeoutError:
+                continue
+        # the tables first: tearing the pool down may wait on a worker stuck in a slow program
+        print(report(rows, strategies, time.perf_counter() - t0), flush=True)
+        pool.terminate()
+        return
     print(report(rows, strategies, time.perf_counter() - t0))
-
 
 if __name__ == "__main__":
     main()
