@@ -430,6 +430,39 @@ def test_restored_subsumed_enodes_only_for_emptied_classes():
     assert _restore_subsumed(classes, subsumed) == subsumed[1:]
 
 
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_fold_after_a_batch_closes_a_cycle_through_the_group(strategy):
+    """Fuzz seed 1007226 (H200 run of session 8), minimized: ``tanh(cat([v]))`` and ``tanh(relu(tanh(v)))`` are
+    independent when greedy's batch_tanh fuses them; its later ``cat([v]) -> v`` makes the first member's input
+    congruent to ``v``, so the second member's input now reads the group's own first output: a cycle, and the
+    members' originals were removed. Greedy fell back (``extract failed: NoAcyclicTerm``). The extraction now
+    retries with every removed e-node back (``restore_subsumed="all"``) and keeps the graph's rewrites."""
+    from fuzzing import run_program
+
+    def f(x):
+        v2 = x.narrow(0, 2, 2).flatten(0)
+        v3 = v2.reshape(6)
+        v4 = torch.cat([v3], 0)
+        v12, v13, v14 = (F.relu(torch.tanh(t)) for t in (v2, v3, v4))
+        return torch.tanh(v12), torch.tanh(v13), torch.tanh(v14), v14
+
+    def make_inputs():
+        return [rand(8, 3, seed=0)], []
+
+    got = run_program(f, make_inputs, [strategy], pattern_options={"batch_tanh": {"min_fuse_set_size": 2}})[strategy]
+    assert got.kind == "ok", got
+    assert got.reports[0].fallback is None
+    assert not got.reports[0].ops_after.get("cat")
+
+
+def test_restore_everything_gives_back_every_subsumed_enode():
+    from optimus_eq.extract.view import _restore_subsumed
+
+    classes = {1: [10], 2: []}
+    subsumed = [("Unary", 1, [0], [1]), ("Unary", 2, [0], [1])]
+    assert _restore_subsumed(classes, subsumed, everything=True) == subsumed
+
+
 def test_zero_size_pieces_keep_the_egraph_consistent():
     """Found by the fuzzer (seed 40061), minimized by ``fuzzing.minimize``: x1 [8, 0, 2]; the zero-length
     ``cat([v2, x1], 1).narrow(1, 0, 0)`` matched split_of_cat's whole-input rule for both zero-length

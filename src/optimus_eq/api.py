@@ -292,7 +292,7 @@ class _Plans:
             return self._last[1]
         self.phases.append("extract")
         t0, c0 = time.perf_counter(), time.process_time()
-        for restore in (False, True):
+        for restore in (False, True, "all"):
             view = EGraphView.from_egraph(egraph, restore_subsumed=restore)
             view.gradients = self.gradients
             if view.inconsistent:
@@ -304,8 +304,10 @@ class _Plans:
                 break
             except NoAcyclicTerm:
                 # greedy's destructive rewrites, then a merge, can leave a class nothing but removed
-                # e-nodes (issue 11, class 6): read it again with those back as a last resort
-                if restore:
+                # e-nodes (issue 11, class 6), or close a cycle through a fused group whose members'
+                # originals were removed (fuzz seed 1007226): read it again with those back, then with
+                # every removed e-node back, as last resorts
+                if restore == "all":
                     raise
         self.spent += time.perf_counter() - t0
         self.cpu_spent += time.process_time() - c0

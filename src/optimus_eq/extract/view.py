@@ -38,14 +38,19 @@ class ENode:
     cost: float = 0.0
 
 
-def _restore_subsumed(classes, subsumed: list, at: int = 1) -> list:
+def _restore_subsumed(classes, subsumed: list, at: int = 1, everything: bool = False) -> list:
     """The subsumed e-nodes (tuples whose e-class is item ``at``) of the e-classes left with no other
-    e-node. Greedy's destructive rewrites remove (subsume) an e-node, but a later merge can make a live
-    e-node congruent to a removed one, which removes it too: ``x.view(4, -1).view(4, 3, 6).view(4, -1)``
-    with x [4, 3, 6] (the middle view merges with x, the last view's removed e-node becomes the first
-    view's) left the first view's class with only a self loop, and greedy fell back with NoAcyclicTerm
-    (issue 11, class 6). A subsumed e-node is still an equality the rules proved, so it is a sound last
-    resort for such a class."""
+    e-node, or with ``everything`` all of them. Greedy's destructive rewrites remove (subsume) an e-node, but a
+    later merge can make a live e-node congruent to a removed one, which removes it too: ``x.view(4, -1).view(4,
+    3, 6).view(4, -1)`` with x [4, 3, 6] (the middle view merges with x, the last view's removed e-node becomes
+    the first view's) left the first view's class with only a self loop, and greedy fell back with NoAcyclicTerm
+    (issue 11, class 6). A later merge can also close a cycle through a fused group whose members' originals
+    were removed: ``tanh(cat([v]))`` batched with ``tanh(relu(tanh(v)))`` (independent when fused), then
+    ``cat([v]) -> v`` makes the first member's input congruent to the second's (fuzz seed 1007226); only the
+    members' removed e-nodes give an acyclic plan back (``everything``). A subsumed e-node is still an
+    equality the rules proved, so it is a sound last resort for such a class."""
+    if everything:
+        return list(subsumed)
     return [t for t in subsumed if not classes.get(t[at])]
 
 
@@ -98,20 +103,21 @@ class EGraphView:
                 self.inconsistent.append(f"two graph inputs or opaque leaves in e-class {cls}")
 
     @classmethod
-    def from_egraph(cls, egraph, restore_subsumed: bool = False) -> "EGraphView":
+    def from_egraph(cls, egraph, restore_subsumed: bool | str = False) -> "EGraphView":
         """Read the e-graph straight from egglog's frozen tables (``egglog.bindings.EGraph.freeze``).
 
         ``egraph`` is an :class:`optimus_eq.egraph.EGraph` or an ``egglog.bindings.EGraph``. Much faster
         than serializing to JSON and parsing it (0.5 s instead of 7 s at 125k e-nodes, 2 cores). E-node
         ids are 0..N-1 and e-class ids 0..C-1 (ints), which lets :func:`extract` skip re-indexing.
-        ``restore_subsumed``: give an e-class left with no e-node but subsumed ones those e-nodes back
-        (:func:`_restore_subsumed`; the retry of an extraction that found no acyclic term).
+        ``restore_subsumed``: True gives an e-class left with no e-node but subsumed ones those e-nodes back,
+        ``"all"`` gives every subsumed e-node back (:func:`_restore_subsumed`; the retries of an extraction
+        that found no acyclic term).
         """
         with no_gc():
             return cls._from_frozen(getattr(egraph, "egraph", egraph), restore_subsumed)
 
     @classmethod
-    def _from_frozen(cls, g, restore_subsumed: bool = False) -> "EGraphView":
+    def _from_frozen(cls, g, restore_subsumed: bool | str = False) -> "EGraphView":
         functions = g.freeze().functions
         i64, to_vec = g.value_to_i64, g.value_to_vec
         view = cls()
@@ -173,7 +179,7 @@ class EGraphView:
         for c, n in leaves.items():
             if n > 1:
                 inconsistent.append(f"two graph inputs or opaque leaves in e-class {c}")
-        for op, c, children, literals in _restore_subsumed(classes, subsumed):
+        for op, c, children, literals in _restore_subsumed(classes, subsumed, 1, restore_subsumed == "all"):
             nodes[nid] = ENode(op, c, children, literals)
             classes[c].append(nid)
             nid += 1
@@ -181,7 +187,7 @@ class EGraphView:
         return view
 
     @classmethod
-    def from_json(cls, data: dict, restore_subsumed: bool = False) -> "EGraphView":
+    def from_json(cls, data: dict, restore_subsumed: bool | str = False) -> "EGraphView":
         """Parse egglog's JSON serialization (slower than :meth:`from_egraph`; same result, str ids).
 
         ``data`` may also be an e-graph, which is then read with :meth:`from_egraph`.
@@ -215,7 +221,7 @@ class EGraphView:
                     subsumed.append((nid, op, node["eclass"], children, literals))
                 continue
             view._add(nid, op, node["eclass"], children, literals)
-        for nid, op, c, children, literals in _restore_subsumed(view.classes, subsumed, 2):
+        for nid, op, c, children, literals in _restore_subsumed(view.classes, subsumed, 2, restore_subsumed == "all"):
             view._add(nid, op, c, children, literals)
         view._check_leaves()
         vec_of_class = {n["eclass"]: n for n in raw.values() if n["op"] == "vec-of"}
