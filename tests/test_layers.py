@@ -60,8 +60,6 @@ LAZY = {
 #: (importer, imported) imports against the contract that wait for the split of translate.py and lower.py (issue 14):
 #: each is left out of the checks until then; the list shrinks, never grows
 PENDING = {
-    ("optimus_eq.horizontal.recipes", "optimus_bridge.translate"):
-        "Recipe, Slot and einsum_operands (interface types of the translated program) move to the core",
     ("optimus_bridge.translate", "optimus_bridge.lower"): "_may_overlap moves out of lower.py",
 }
 SKIPPED = {**LAZY, **PENDING}

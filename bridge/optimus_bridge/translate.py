@@ -38,6 +38,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from optimus_bridge import vocab
+from optimus_eq.recipe import Recipe, Slot, SymSize, einsum_operands  # SymSize: lower.py imports it from here
 from optimus_eq.symbolic import SizeTable
 from optimus_eq.terms import MAX_RANK  # longest shape the rows can carry; longer ones stay opaque
 
@@ -49,34 +50,6 @@ VISIBLE_OUTPUTS = "optimus_eq_visible_outputs"
 
 class Unsupported(Exception):
     """Raised inside a per-node translator: the node stays opaque."""
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """How to lower a pure ``Unary``/``Binary``/``Apply`` term: the FX call with tensor slots.
-
-    ``args``/``kwargs`` hold :class:`Slot` markers where the term's tensor children go, in order.
-    ``name`` is the vocabulary name (``"tanh"``, ``"linear"``), ``op`` the FX opcode.
-    """
-
-    name: str
-    op: str
-    target: Any
-    args: tuple
-    kwargs: dict
-
-
-@dataclass(frozen=True)
-class Slot:
-    index: int
-
-
-@dataclass(frozen=True)
-class SymSize:
-    """A recipe argument that is a symbolic size: lowering emits graph code for the token's expression
-    (:mod:`optimus_eq.symbolic`, ``Lowerer.size_value``)."""
-
-    token: int
 
 
 @dataclass
@@ -143,14 +116,6 @@ def meta_val(node: Node):
 
 def is_static_tensor(val) -> bool:
     return isinstance(val, torch.Tensor) and all(isinstance(s, int) for s in val.shape)
-
-
-def einsum_operands(args: tuple) -> tuple:
-    """``(equation, operands)`` of the positional arguments of ``torch.einsum``, spelled
-    ``(equation, a, b, ...)`` or ``(equation, [a, b, ...])`` (an FX node's or a Recipe's ``args``)."""
-    if len(args) == 2 and isinstance(args[1], (list, tuple)):
-        return args[0], tuple(args[1])
-    return (args[0] if args else None), tuple(args[1:])
 
 
 def _norm_dim(dim, rank: int) -> int:
