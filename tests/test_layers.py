@@ -39,7 +39,9 @@ PLACED = {
     "optimus_eq.demo": "tools",
     "optimus_eq.modelrun": "tools",
     "optimus_eq.explain": "tools",
+    "optimus_eq.pictures": "tools",
     "optimus_eq.cli": "cli",
+    "optimus_eq.cli_output": "cli",
 }
 PACKAGE_LAYER = {"optimus_eq": "core", "optimus_greedy": "core", "optimus_bridge": "bridge", "optimus_bench": "tools"}
 #: (importer, imported) imports made on first use on purpose, each with its reason

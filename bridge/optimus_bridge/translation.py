@@ -177,21 +177,29 @@ class RowWriter:
             self.rows[f"Vec{len(values)}In"].append((vid, *values))
         return vid
 
+    @staticmethod
+    def _cells(start: int, elems: list[int]) -> list[tuple[int, int, int]]:
+        """``(cell id, element, rest)`` of the cons list of ``elems``, its cells numbered from ``start`` last
+        element first (the list's head is the last cell; cell 0 is the empty list)."""
+        cells, rest = [], 0
+        for k, e in enumerate(reversed(elems)):
+            cells.append((start + k, e, rest))
+            rest = start + k
+        return cells
+
     def _list(self, dim: int, elems: list[int]) -> int:
-        rest = 0
-        for e in reversed(elems):
-            lid, self._lists = self._lists, self._lists + 1
-            self.rows["ConsIn"].append((lid, dim, e, rest))
-            rest = lid
-        return rest
+        """The cons list along ``dim`` of the terms ``elems`` (``ConsIn`` rows), for a cat."""
+        cells = self._cells(self._lists, elems)
+        self._lists += len(cells)
+        self.rows["ConsIn"].extend((lid, dim, e, rest) for lid, e, rest in cells)
+        return cells[-1][0] if cells else 0
 
     def _arglist(self, elems: list[int]) -> int:
-        rest = 0
-        for e in reversed(elems):
-            lid, self._args = self._args, self._args + 1
-            self.rows["AConsIn"].append((lid, e, rest))
-            rest = lid
-        return rest
+        """The argument list of the terms ``elems`` (``AConsIn`` rows), for an ``Apply``."""
+        cells = self._cells(self._args, elems)
+        self._args += len(cells)
+        self.rows["AConsIn"].extend(cells)
+        return cells[-1][0] if cells else 0
 
     def _bind(self, node: Node, tid: int, val) -> int:
         """Record term ``tid`` as the value of ``node``, with its static shape."""
