@@ -159,7 +159,7 @@ def output_alias_nodes(gm: GraphModule, voc=vocab, visible: frozenset | None = N
     ``relu`` and ``alias(relu)``) are not the user's, and keeping their chains would freeze every op whose
     result is saved (:meth:`optimus_bridge.aten.AtenTranslator.visible_outputs`).
     """
-    from optimus_bridge.lower import _may_overlap  # lower imports this module
+    from optimus_bridge.lower import _may_overlap  # lower imports this module (through translate)
 
     out = next((n for n in reversed(gm.graph.nodes) if n.op == "output"), None)
     if out is None:

@@ -44,13 +44,13 @@ from optimus_bridge.aliasing import (eager_output_meta, eager_storage_map, froze
 from optimus_bridge.fx_meta import Unsupported, is_static_tensor, meta_val
 from optimus_bridge.normalize import Normalization
 from optimus_bridge.translation import RowWriter, Translation
-from optimus_eq.recipe import Recipe, Slot, SymSize, einsum_operands
+from optimus_eq.recipe import Slot, SymSize
 from optimus_eq.terms import MAX_RANK  # longest shape the rows can carry; longer ones stay opaque
 
-#: names other modules import from here (lowering reads the analyses' and the recipes' through this module)
-__all__ = ["VISIBLE_OUTPUTS", "Recipe", "Slot", "SymSize", "Translation", "Translator", "Unsupported",
-           "eager_output_meta", "eager_storage_map", "einsum_operands", "frozen_nodes", "is_static_tensor",
-           "meta_val", "output_alias_nodes", "storage_id", "translate"]
+#: the public names; ``Slot``, ``SymSize``, ``eager_output_meta``, ``eager_storage_map`` and ``storage_id`` are
+#: re-exported for lowering (:mod:`optimus_bridge.lower` imports them from here)
+__all__ = ["VISIBLE_OUTPUTS", "Slot", "SymSize", "Translation", "Translator", "eager_output_meta", "eager_storage_map",
+           "meta_val", "storage_id", "translate"]
 
 #: ``GraphModule.meta`` key of :meth:`Translator.visible_outputs` for graphs whose outputs are not all the
 #: user's (the segments of :mod:`optimus_bridge.regions`)
