@@ -32,7 +32,8 @@ from torch.fx import GraphModule, Node
 
 from optimus_bridge import aten_vocab
 from optimus_bridge.lower import IRLevel
-from optimus_bridge.translate import Translation, Translator, Unsupported, _norm_dim, meta_val
+from optimus_bridge.fx_meta import Unsupported, meta_val, norm_dim
+from optimus_bridge.translate import Translation, Translator
 
 aten = torch.ops.aten
 
@@ -44,7 +45,7 @@ class AtenTranslator(Translator):
     """Translator for Aten-IR graphs (module docstring); everything else as :class:`Translator`."""
 
     vocab = aten_vocab
-    #: AOTAutograd's graphs are functional over distinct inputs (:func:`~optimus_bridge.translate.frozen_nodes`)
+    #: AOTAutograd's graphs are functional over distinct inputs (:func:`~optimus_bridge.aliasing.frozen_nodes`)
     inputs_may_alias = False
     #: AOTAutograd's graphs carry no autograd state (their backward is a graph of its own)
     keeps_no_grad_views = False
@@ -84,7 +85,7 @@ class AtenTranslator(Translator):
             raise Unsupported("changes dtype or device")
         rank = x_val.dim()
         if name == "slice":
-            dim = _norm_dim(a["dim"], rank)
+            dim = norm_dim(a["dim"], rank)
             n = self._size(x_val.shape[dim])
             start, end, step = a["start"], a["end"], a["step"]
             if step != 1 or not all(v is None or _is_int(v) for v in (start, end)):
@@ -103,7 +104,7 @@ class AtenTranslator(Translator):
                 return xv
             return self._new("NarrowIn", xv, dim, start, end - start, n)
         if name == "select":
-            dim = _norm_dim(a["dim"], rank)
+            dim = norm_dim(a["dim"], rank)
             n, i = self._size(x_val.shape[dim]), a["index"]
             if n < 0 and _is_int(i) and i >= 0:  # a symbolic dim: the trace checked i < n
                 return self._new("SelectIn", xv, dim, i, n)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch.fx import Node
 
-from optimus_bridge.translate import meta_val
+from optimus_bridge.fx_meta import meta_val
 from optimus_eq.extract.grad import GradientInfo, GradientReach
 
 

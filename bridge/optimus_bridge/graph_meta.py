@@ -12,7 +12,7 @@ import torch
 from torch.fx import GraphModule
 
 from optimus_bridge.effects import changes_global_state
-from optimus_bridge.translate import meta_val
+from optimus_bridge.fx_meta import meta_val
 
 
 def _ensure_meta(gm: GraphModule, example_inputs: Sequence | None, level: str = "pre_grad") -> GraphModule:

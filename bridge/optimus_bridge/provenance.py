@@ -17,7 +17,8 @@ from torch.fx import Node
 
 from optimus_bridge import aten_vocab, vocab
 from optimus_bridge.effects import changes_global_state, is_mutation
-from optimus_bridge.translate import Translation, is_static_tensor, meta_val
+from optimus_bridge.fx_meta import is_static_tensor, meta_val
+from optimus_bridge.translation import Translation
 
 #: FX node kinds that compute something (placeholders, get_attr and the output are not ops)
 OP_KINDS = ("call_function", "call_method", "call_module")

@@ -15,7 +15,7 @@ is optimized on its own, inside that state, so the FakeTensor meta of new nodes 
 Splitting is refused (None: the caller then keeps the whole span from the first to the last switch as it is,
 :func:`optimus_bridge.translate.Translator._global_state_region`) where segment-local reasoning would not be
 sound or the state cannot be rebuilt: a graph with an in-place mutation (a write in one segment can change what
-a view made in another sees, and the mutation analysis of :func:`~optimus_bridge.translate.frozen_nodes` sees
+a view made in another sees, and the mutation analysis of :func:`~optimus_bridge.aliasing.frozen_nodes` sees
 one graph), a switch other than grad mode and autocast (inference mode, deterministic algorithms), a switch
 whose arguments are not constants, or unbalanced autocast enter/exit pairs.
 """
@@ -31,7 +31,9 @@ from torch.fx import Graph, GraphModule, Node
 from optimus_bridge import vocab
 from optimus_bridge.effects import changes_global_state
 from optimus_bridge.grad_facts import OUTPUT_REACH, eager_reach
-from optimus_bridge.translate import VISIBLE_OUTPUTS, meta_val, storage_id
+from optimus_bridge.aliasing import storage_id
+from optimus_bridge.fx_meta import meta_val
+from optimus_bridge.translate import VISIBLE_OUTPUTS
 
 _SWITCHES = {"_set_grad_enabled", "set_grad_enabled", "_enter_autocast", "_exit_autocast"}
 

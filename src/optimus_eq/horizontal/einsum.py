@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from optimus_eq.horizontal.recipes import UPCAST, einsum_operands, method, recipe, slots, to_type
+from optimus_eq.horizontal.recipes import UPCAST, method, recipe, slots, to_type
+from optimus_eq.recipe import einsum_operands
 from optimus_eq.terms import MAX_RANK
 
 

@@ -2,9 +2,8 @@
 arguments, :class:`Slot` markers for its tensor inputs), reading a member's call by parameter name, and the
 dtype casts around ops computed in float32.
 
-The recipe types are the bridge's (``optimus_bridge.translate``: ``Recipe``, ``Slot``, ``einsum_operands``);
-they are imported on use, in this module only, until they move to the core with the split of translate.py
-(tests/test_layers.py, ``PENDING``).
+The recipe types are the core's (:mod:`optimus_eq.recipe`: ``Recipe``, ``Slot``, ``SymSize``), shared with the
+bridge's translator and lowering.
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ import math
 
 import torch
 
+from optimus_eq.recipe import Recipe, Slot, SymSize
 from optimus_eq.symbolic import is_static
 
 
@@ -49,8 +49,6 @@ def check_one_input_type(m) -> None:
 
 def slot(bound: dict, name: str):
     """The input index bound to ``name`` (a Slot), None when the argument is None/absent, or raises."""
-    from optimus_bridge.translate import Slot
-
     v = bound.get(name)
     if v is None:
         return None
@@ -60,28 +58,15 @@ def slot(bound: dict, name: str):
 
 
 def recipe(name: str, target, args: tuple, kwargs: dict | None = None):
-    from optimus_bridge.translate import Recipe
-
     return Recipe(name, "call_function", target, args, kwargs or {})
 
 
 def method(name: str, *consts):
-    from optimus_bridge.translate import Recipe, Slot
-
     return Recipe(name, "call_method", name, (Slot(0),) + consts, {})
 
 
 def slots(n: int) -> tuple:
-    from optimus_bridge.translate import Slot
-
     return tuple(Slot(i) for i in range(n))
-
-
-def einsum_operands(args: tuple) -> tuple:
-    """``(equation, operands)`` of ``torch.einsum``'s positional arguments (:func:`optimus_bridge.translate.einsum_operands`)."""
-    from optimus_bridge.translate import einsum_operands as operands
-
-    return operands(args)
 
 
 #: dtypes whose eager layer norm computes in float32 and rounds once (CPU and CUDA kernels): the fused
@@ -122,6 +107,4 @@ def expand_symbolic(w, h: int, shape, t, aten_ir: bool = False) -> int:
 
 def sym_sizes(shape) -> tuple:
     """Recipe arguments for an e-graph shape: ints, and ``SymSize`` markers for symbolic tokens."""
-    from optimus_bridge.translate import SymSize
-
     return tuple(SymSize(s) if s < 0 else s for s in shape)
