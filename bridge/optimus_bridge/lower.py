@@ -34,6 +34,8 @@ from optimus_eq.extract import EGraphView, no_gc
 from optimus_bridge.grad_facts import OUTPUT_REACH, gradient_info, gradient_reach, output_nodes, propagate_reach
 from optimus_eq.extract.grad import grad_classes
 from optimus_eq.extract.plan import chosen_list
+from optimus_bridge.overlap import may_overlap, non_overlapping, static_layout
+from optimus_bridge.overlap import may_overlap as _may_overlap  # noqa: F401 (translate.py's import, until it reads overlap.py)
 
 def _call(g: Graph, target, args: tuple, kwargs: dict | None = None, name: str | None = None) -> Node:
     """``g.call_function(target, args, kwargs)``, with the arguments set after the node is created: the
@@ -504,7 +506,7 @@ class Lowerer:
         like = meta_val(n)
         orig = output_nodes(next(x for x in reversed(self.t.gm.graph.nodes) if x.op == "output"))[i]
         like = meta_val(orig) if orig is not None else like
-        if not isinstance(like, torch.Tensor) or not _static(like):
+        if not isinstance(like, torch.Tensor) or not static_layout(like):
             raise LoweringError(f"output {i} lost gradient paths and has no static shape")
         g, shape = self.graph, tuple(like.shape)
         base = n if shape else _call(g, torch.reshape, (n, (1,)), name="reshape")
@@ -628,7 +630,7 @@ def _unalias_outputs(graph: Graph, old_out: Node, level: "IRLevel", visible: fro
     for i in range(len(old)) if visible is None else sorted(visible):
         for k in sorted(a[1] for a in eager_data[i] if a[0] == "out" and (visible is None or a[1] in visible)):
             kept = ("out", k) in ours[i] and ("out", k) not in copied and ("out", i) not in copied
-            if not kept and _may_overlap(old_vals[k], old_vals[i]):
+            if not kept and may_overlap(old_vals[k], old_vals[i]):
                 # eager's output i is a view into output k (``y, y[:, 1:]``): two separate copies would
                 # no longer see each other's in-place changes
                 raise LoweringError(f"output {i} overlaps output {k} in eager; here they would not")
@@ -696,31 +698,6 @@ def _distinct_outputs(graph: Graph, old_out: Node, level: "IRLevel") -> list[Nod
     return added
 
 
-def _may_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Do two tensors of one storage share an element address? Exact for static sizes up to 2**16
-    elements each (the addresses enumerated), else whether their address spans intersect."""
-    if not (_static(a) and _static(b)) or a.numel() == 0 or b.numel() == 0:
-        return not (_static(a) and _static(b))
-
-    def span(t):
-        lo = t.storage_offset() + sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if st < 0)
-        hi = t.storage_offset() + sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if st > 0)
-        return lo, hi
-
-    (alo, ahi), (blo, bhi) = span(a), span(b)
-    if ahi < blo or bhi < alo:
-        return False
-    if a.numel() > 2**16 or b.numel() > 2**16:
-        return True
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-
-    with unset_fake_temporarily():  # inside Inductor a fake mode is active: these must be real tensors
-        addr = torch.arange(max(ahi, bhi) + 1)
-        pa = torch.as_strided(addr, tuple(a.shape), tuple(a.stride()), a.storage_offset())
-        pb = torch.as_strided(addr, tuple(b.shape), tuple(b.stride()), b.storage_offset())
-        return bool(torch.isin(pa.reshape(-1), pb.reshape(-1)).any())
-
-
 def _flat_nodes(args) -> list:
     out: list = []
     torch.fx.node.map_aggregate(args, lambda a: out.append(a) or a)
@@ -741,18 +718,8 @@ def _observable_strides(t: torch.Tensor) -> tuple:
     return tuple(st for st, n in zip(t.stride(), t.shape) if n != 1)
 
 
-def _non_overlapping(t: torch.Tensor) -> bool:
-    """No two elements of ``t`` share an address (dims by increasing stride, each past the span before)."""
-    span = 1
-    for st, n in sorted((st, n) for st, n in zip(t.stride(), t.shape) if n != 1):
-        if st < span:
-            return False
-        span += (n - 1) * st
-    return True
-
-
 def _restridable(like: torch.Tensor, level: "IRLevel") -> bool:
-    return level.restride is not None and _static(like) and _non_overlapping(like)
+    return level.restride is not None and static_layout(like) and non_overlapping(like)
 
 
 def _copy_like(graph: Graph, value: Node, like: torch.Tensor, level: "IRLevel") -> list[Node]:
@@ -796,7 +763,7 @@ def _fix_strides(graph: Graph, old_out: Node, level: "IRLevel", copies: frozense
     # (and only between outputs the user sees: a tensor saved for backward is not the user's, ``visible``)
     shares = [{a for a in eager[i] if a[0] == "in" or (
         old[a[1]] is not old[i] and (visible is None or i in visible and a[1] in visible) and (
-            old_vals[i] is None or old_vals[a[1]] is None or _may_overlap(old_vals[i], old_vals[a[1]])))}
+            old_vals[i] is None or old_vals[a[1]] is None or may_overlap(old_vals[i], old_vals[a[1]])))}
         for i in range(len(old))]
     for i in range(len(old)):
         for a in list(shares[i]):
@@ -826,7 +793,7 @@ def _fix_strides(graph: Graph, old_out: Node, level: "IRLevel", copies: frozense
             made[(o, n)] = nodes[-1]
             added.extend(nodes)
         elif (level.restride is _restride_torch and n not in copies and n.op in ("call_function", "call_method")
-              and ov.numel() > 1 and 1 in ov.shape and _static(ov) and ov.is_contiguous() and not shares[i]):
+              and ov.numel() > 1 and 1 in ov.shape and static_layout(ov) and ov.is_contiguous() and not shares[i]):
             # size-1 dims: FakeTensor's Python view references pick other strides for them than the C++
             # kernels, and cat/stack/clone follow the memory format those strides suggest, so the real
             # layout can differ from the meta that says it matches; ``contiguous()`` is eager's layout for
@@ -877,7 +844,7 @@ def _propagate_meta(graph: Graph, root: torch.nn.Module, original: GraphModule, 
 
     fakes, mode = _input_fakes(original)
     # the meta-device shortcut skips autocast's dispatch (a Linear in an autocast region is bfloat16)
-    static = (all(isinstance(f, FakeTensor) and _static(f) for f in fakes if isinstance(f, torch.Tensor))
+    static = (all(isinstance(f, FakeTensor) and static_layout(f) for f in fakes if isinstance(f, torch.Tensor))
               and not torch._C._is_any_autocast_enabled())
     prop = FakeTensorProp(_Attrs(root), mode)  # only its run_node is used: env in, attributes from root
     env = prop.env
@@ -887,7 +854,7 @@ def _propagate_meta(graph: Graph, root: torch.nn.Module, original: GraphModule, 
         t = twins.get(a)
         if t is None:
             v = env[a]
-            if not isinstance(v, FakeTensor) or not _static(v):
+            if not isinstance(v, FakeTensor) or not static_layout(v):
                 raise _NotFast
             t = twins[a] = torch.empty(0, device="meta", dtype=v.dtype).set_(
                 v.untyped_storage(), v.storage_offset(), v.shape, v.stride())
@@ -1082,11 +1049,6 @@ def _slow_meta(target) -> bool:
         return target in _SLOW_META
     except TypeError:  # an unhashable target
         return True
-
-
-def _static(t: torch.Tensor) -> bool:
-    return (all(type(d) is int for d in t.shape) and all(type(d) is int for d in t.stride())
-            and type(t.storage_offset()) is int)
 
 
 class _Attrs(torch.nn.Module):
