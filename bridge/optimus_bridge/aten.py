@@ -31,7 +31,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from optimus_bridge import aten_vocab
-from optimus_bridge.lower import IRLevel
+from optimus_bridge.lower_table import IRLevel
 from optimus_bridge.translate import Translation, Translator, Unsupported, _norm_dim, meta_val
 
 aten = torch.ops.aten

@@ -20,9 +20,7 @@ import copy
 
 import operator
 import sys
-from dataclasses import dataclass, field
 from functools import partial
-from typing import Callable
 
 import torch
 from torch.fx import Graph, GraphModule, Node
@@ -34,149 +32,10 @@ from optimus_bridge.grad_facts import OUTPUT_REACH, gradient_info, gradient_reac
 from optimus_eq.extract.grad import grad_classes
 from optimus_eq.extract.plan import chosen_list
 from optimus_bridge.lower_meta import propagate_meta
+from optimus_bridge.lower_table import (TORCH_IR, IRLevel, LoweringError, SplitGroup, call_function,
+                                        restride_torch, split_groups, squeezed_dims)
 from optimus_bridge.overlap import may_overlap, non_overlapping, static_layout
-from optimus_bridge.overlap import may_overlap as _may_overlap  # noqa: F401 (translate.py's import, until it reads overlap.py)
-
-def _call(g: Graph, target, args: tuple, kwargs: dict | None = None, name: str | None = None) -> Node:
-    """``g.call_function(target, args, kwargs)``, with the arguments set after the node is created: the
-    same node, without ``create_node``'s walk over the arguments looking for raw SymInts (ours are ints and
-    nodes), which was a fifth of lowering at 20k nodes. ``name`` saves deriving it from the target."""
-    n = g.create_node("call_function", target, name=name)
-    if kwargs:
-        n.kwargs = kwargs
-    n.args = args
-    return n
-
-
-_VIEW_LOWERING: dict[str, Callable] = {
-    "Narrow": lambda g, x, lit: _call(g, torch.narrow, (x, lit[0], lit[1], lit[2]), name="narrow"),
-    "Select": lambda g, x, lit: _call(g, torch.select, (x, lit[0], lit[1]), name="select"),
-    "Unsqueeze": lambda g, x, lit: _call(g, torch.unsqueeze, (x, lit[0]), name="unsqueeze"),
-    "Reshape": lambda g, x, lit: _call(g, torch.reshape, (x, tuple(lit[0])), name="reshape"),
-    "Permute": lambda g, x, lit: _call(g, torch.permute, (x, tuple(lit[0])), name="permute"),
-}
-
-@dataclass(frozen=True)
-class IRLevel:
-    """What lowering emits for one IR level: a table keyed by constructor plus the few ops it adds.
-
-    Attributes:
-        views: constructor (``"Narrow"``, ...) -> ``f(graph, x, literals) -> Node``.
-        cat: ``f(graph, tensors, dim) -> Node``; ``stack`` likewise, or None to emit a cat of unsqueezes.
-        clone: ``f(graph, x, memory_format) -> Node``.
-        restride: ``f(graph, x, shape, strides) -> [Node, ...]``, a copy of x with exactly these strides (for
-            outputs whose eager layout is not contiguous), or None: such outputs fall back.
-        squeeze: ``f(graph, x, dims) -> Node`` for a ``Reshape`` that only drops size-1 dims, or None: such
-            reshapes are emitted as reshapes. A squeeze and a reshape are the same view, but AOTAutograd
-            traces them (and their backward: unsqueeze against view) differently, and Inductor's fusion
-            follows: measured on DLRM's cross net (``bmm(experts, gating).squeeze(2)``), the reshape
-            spelling cost CPU Inductor extra kernels per training step.
-        alias: ``f(graph, x) -> Node``, a new view of all of x (a distinct tensor object), or None.
-        split: ``f(graph, x, sizes, dim) -> Node``, the pieces of x along ``dim`` (a tuple-valued node read
-            with ``operator.getitem``), or None: narrows are always emitted one by one. Used for chosen
-            narrows that tile a range of one tensor's dim (:func:`split_groups`): the same views, but
-            AOTAutograd traces one split's backward as one cat where N narrows give N slice_backwards
-            summed, and Inductor's fusion follows (DLRM's cross net, docs/DESIGN.md).
-        grad_mode_blind: targets of ops that set ``requires_grad`` from their input even under ``no_grad``
-            (``prims.convert_element_type``), each with ``f(graph, node, args, kwargs) -> Node``, an op of the
-            same result that respects the grad mode. Used for a kept node whose input is a graph input or a
-            view of one: AOTAutograd runs inference graphs under ``no_grad``, where eager's result does not
-            require grad, but the op's does when the input does, and so does every view of it (a rewrite
-            that drops a copy after it, ``stack([v])`` as ``v.unsqueeze``, lets that reach an output).
-        sym_size: ``f(graph, x, dim) -> Node``, x's size at ``dim`` read at run time (a SymInt), for symbolic
-            sizes (:mod:`optimus_eq.symbolic`) that lowering rebuilds; None: such graphs fall back.
-    """
-
-    views: dict
-    cat: Callable
-    stack: Callable | None
-    clone: Callable
-    restride: Callable | None = None
-    squeeze: Callable | None = None
-    alias: Callable | None = None
-    split: Callable | None = None
-    grad_mode_blind: dict = field(default_factory=dict)
-    sym_size: Callable | None = None
-
-
-def squeezed_dims(src, dst) -> tuple[int, ...] | None:
-    """The dims of shape ``src`` that a reshape to ``dst`` drops, if it only drops size-1 dims; else None.
-
-    ``squeezed_dims((4, 3, 1), (4, 3)) == (2,)``; ``squeezed_dims((4, 1, 3), (4, 3, 1))`` is None (a move).
-    """
-    if src is None or len(dst) >= len(src):
-        return None
-    dims, j = [], 0
-    for i, n in enumerate(src):
-        if j < len(dst) and n == dst[j]:
-            j += 1
-        elif n == 1:
-            dims.append(i)
-        else:
-            return None
-    return tuple(dims) if j == len(dst) else None
-
-
-@dataclass
-class SplitGroup:
-    """Chosen narrows of one tensor along one dim that are emitted as one split.
-
-    Attributes:
-        source: the e-class of the tensor x being split.
-        dim: the (non-negative) dim.
-        sizes: the split's piece sizes along ``dim``; they sum to x's size there.
-        piece: narrow e-class -> index of its piece in the split's outputs (pieces not in it are never read).
-        node: the emitted split node, once emitted.
-    """
-
-    source: str
-    dim: int
-    sizes: list[int]
-    piece: dict[str, int]
-    node: Node | None = field(default=None, repr=False)
-
-
-def split_groups(narrows: dict[str, tuple[str, int, int, int, int]]) -> dict[str, SplitGroup]:
-    """Group narrows of one tensor along one dim whose pieces tile a contiguous range of it.
-
-    Args:
-        narrows: narrow e-class -> ``(source class, dim, start, length, n)``, the literals of
-            ``Narrow(x, dim, start, length, n)`` (n: x's size along dim; dim non-negative).
-
-    Returns:
-        narrow e-class -> its :class:`SplitGroup`, for every group of at least two narrows of the same
-        ``(source, dim)`` that are non-empty, pairwise disjoint and leave no gap between the first start and
-        the last end; what lies before and after that range becomes a piece nobody reads. Groups where two
-        pieces overlap or leave a gap are left out (their narrows stay narrows), as are pieces of x's whole
-        length (an alias, not a split).
-    """
-    by_key: dict[tuple[str, int], list[tuple[int, int, int, str]]] = {}
-    for cls, (src, dim, start, length, n) in narrows.items():
-        if length > 0 and length < n and 0 <= start and start + length <= n:
-            by_key.setdefault((src, dim), []).append((start, length, n, cls))
-    out: dict[str, SplitGroup] = {}
-    for (src, dim), pieces in by_key.items():
-        if len(pieces) < 2 or len({p[2] for p in pieces}) != 1:
-            continue
-        pieces.sort()
-        n = pieces[0][2]
-        if any(a[0] + a[1] != b[0] for a, b in zip(pieces, pieces[1:])):  # an overlap or a gap
-            continue
-        sizes, piece = ([pieces[0][0]] if pieces[0][0] else []), {}
-        for start, length, _, cls in pieces:
-            piece[cls] = len(sizes)
-            sizes.append(length)
-        end = pieces[-1][0] + pieces[-1][1]
-        if end < n:
-            sizes.append(n - end)
-        group = SplitGroup(src, dim, sizes, piece)
-        for cls in piece:
-            out[cls] = group
-    return out
-
-
-class LoweringError(RuntimeError):
-    """The extracted plan cannot be lowered faithfully (the caller falls back to the original graph)."""
+from optimus_bridge.overlap import may_overlap as _may_overlap  # noqa: F401 (translate.py imports it from here)
 
 
 class Lowerer:
@@ -317,7 +176,7 @@ class Lowerer:
             group = self.splits[cls]
             if group.node is None:
                 group.node = self.level.split(g, self.cval[group.source], list(group.sizes), group.dim)
-            return _call(g, operator.getitem, (group.node, group.piece[cls]), name="getitem")
+            return call_function(g, operator.getitem, (group.node, group.piece[cls]), name="getitem")
         if op == "Reshape" and any(s < 0 for s in lit[0]):
             lit = [self.reshape_sizes(lit[0])]
         if op in self.level.views:
@@ -344,7 +203,7 @@ class Lowerer:
 
             args = torch.fx.node.map_aggregate(recipe.args, arg)
             kwargs = torch.fx.node.map_aggregate(recipe.kwargs, arg)
-            n = g.create_node(recipe.op, recipe.target)  # arguments set after: see _call
+            n = g.create_node(recipe.op, recipe.target)  # arguments set after: see call_function
             if kwargs:
                 n.kwargs = dict(kwargs)
             n.args = tuple(args)
@@ -396,10 +255,10 @@ class Lowerer:
             args = [self.size_value(a) for a in e.args]
             out = args[0]
             for a in args[1:]:
-                out = _call(g, fn, (out, a), name=fn.__name__)
+                out = call_function(g, fn, (out, a), name=fn.__name__)
         elif isinstance(e, FloorDiv):
             a, b = (self.size_value(x) for x in e.args)
-            out = _call(g, operator.floordiv, (a, b), name="floordiv")
+            out = call_function(g, operator.floordiv, (a, b), name="floordiv")
         else:
             raise LoweringError(f"cannot rebuild symbolic size {e}")
         self._size_nodes[e] = out
@@ -509,19 +368,19 @@ class Lowerer:
         if not isinstance(like, torch.Tensor) or not static_layout(like):
             raise LoweringError(f"output {i} lost gradient paths and has no static shape")
         g, shape = self.graph, tuple(like.shape)
-        base = n if shape else _call(g, torch.reshape, (n, (1,)), name="reshape")
+        base = n if shape else call_function(g, torch.reshape, (n, (1,)), name="reshape")
         tail = shape[1:]
         pieces = [base]
         for s in srcs:
             sv = meta_val(s)
-            e = _call(g, torch.narrow, (_call(g, torch.reshape, (s, (-1,)), name="reshape"), 0, 0, 0), name="narrow")
+            e = call_function(g, torch.narrow, (call_function(g, torch.reshape, (s, (-1,)), name="reshape"), 0, 0, 0), name="narrow")
             if isinstance(sv, torch.Tensor) and (sv.dtype != like.dtype or sv.device != like.device):
                 e = g.call_method("to", (e,), {"device": like.device, "dtype": like.dtype})
             if tail:
-                e = _call(g, torch.reshape, (e, (0,) + tail), name="reshape")
+                e = call_function(g, torch.reshape, (e, (0,) + tail), name="reshape")
             pieces.append(e)
-        out = _call(g, torch.cat, (pieces, 0), name="cat")
-        return out if shape else _call(g, torch.reshape, (out, ()), name="reshape")
+        out = call_function(g, torch.cat, (pieces, 0), name="cat")
+        return out if shape else call_function(g, torch.reshape, (out, ()), name="reshape")
 
     def _remove_dead_terms(self) -> None:
         """Drop emitted term nodes nobody uses; kept (copied) nodes always stay."""
@@ -735,11 +594,6 @@ def _copy_like(graph: Graph, value: Node, like: torch.Tensor, level: "IRLevel") 
     return level.restride(graph, value, tuple(like.shape), tuple(like.stride()))
 
 
-def _restride_torch(g: Graph, x: Node, shape: tuple, stride: tuple) -> list[Node]:
-    buf = g.call_method("new_empty_strided", (x, shape, stride))
-    return [buf, g.call_method("copy_", (buf, x))]
-
-
 def _fix_strides(graph: Graph, old_out: Node, level: "IRLevel", copies: frozenset = frozenset(),
                  visible: frozenset | None = None) -> list[Node]:
     """Give each output eager's strides where ours differ (see :func:`_copy_like`), and a Torch-IR output that
@@ -792,7 +646,7 @@ def _fix_strides(graph: Graph, old_out: Node, level: "IRLevel", copies: frozense
             _replace_output_at(new_out, i, nodes[-1])
             made[(o, n)] = nodes[-1]
             added.extend(nodes)
-        elif (level.restride is _restride_torch and n not in copies and n.op in ("call_function", "call_method")
+        elif (level.restride is restride_torch and n not in copies and n.op in ("call_function", "call_method")
               and ov.numel() > 1 and 1 in ov.shape and static_layout(ov) and ov.is_contiguous() and not shares[i]):
             # size-1 dims: FakeTensor's Python view references pick other strides for them than the C++
             # kernels, and cat/stack/clone follow the memory format those strides suggest, so the real
@@ -834,16 +688,3 @@ def lower(t: Translation, view: EGraphView, choice: dict[str, str], level: IRLev
     with no_gc():
         return Lowerer(t, view, choice, level).run()
 
-
-#: Torch-IR lowering: ``torch.*`` functions and Tensor methods, as dynamo graphs spell them.
-TORCH_IR = IRLevel(
-    views=_VIEW_LOWERING,
-    cat=lambda g, xs, d: _call(g, torch.cat, (xs, d), name="cat"),
-    stack=lambda g, xs, d: _call(g, torch.stack, (xs, d), name="stack"),
-    squeeze=lambda g, x, dims: _call(g, torch.squeeze, (x, dims), name="squeeze"),
-    clone=lambda g, x, fmt: g.call_method("clone", (x,), {"memory_format": fmt}),
-    restride=_restride_torch,
-    alias=lambda g, x: g.call_method("view_as", (x, x)),
-    split=lambda g, x, sizes, d: _call(g, torch.split, (x, sizes, d), name="split"),
-    sym_size=lambda g, x, d: g.call_method("size", (x, d)),
-)
