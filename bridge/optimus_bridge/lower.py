@@ -1,23 +1,19 @@
-"""Extracted term DAG -> FX GraphModule (Torch-IR), with the original calling convention.
+"""Extracted term DAG -> FX GraphModule, with the original calling convention: the driver of lowering.
 
-Lowering is a table keyed by constructor (:data:`_VIEW_LOWERING` plus the recipe of each pure op).
-Each chosen e-node is emitted once, so sharing is preserved. Kept (opaque) FX nodes are copied in
-their original relative order, which keeps the order of in-place mutations and random ops. Chosen narrows
-that tile a range of one autograd tensor's dim come back as one ``torch.split`` (:func:`split_groups`).
-
-Meta (``val`` and ``example_value`` FakeTensors) is filled for Inductor: FakeTensorProp's values, computed
-on faster paths where they are known to agree (:func:`propagate_meta`). Then the outputs are checked against
-the original graph's, from the FakeTensors of both: an output that shares storage with an input or another
-output where eager's did not (a cat of every piece of x folded to x) gets a copy, and an output whose
-strides differ from eager's gets a copy with eager's strides (contiguous clone, or ``new_empty_strided`` +
-``copy_`` for other layouts: a view into a cat that folded away keeps its gaps). Only layouts no copy can
-have (expanded, overlapping) fall back. The GraphModule generates its Python code on first use, as dynamo's.
+:class:`Lowerer` emits each chosen e-node once, so sharing is preserved, through the table of an IR level
+(:mod:`optimus_bridge.lower_table`: ``TORCH_IR`` here, ``optimus_bridge.aten.ATEN_IR`` for Aten-IR) plus
+the recipe of each pure op. Kept (opaque) FX nodes are copied in their original relative order, which keeps
+the order of in-place mutations and random ops. Chosen narrows that tile a range of one autograd tensor's
+dim come back as one ``torch.split`` (:func:`~optimus_bridge.lower_table.split_groups`). Then, in order:
+the outputs get eager's gradient paths (:mod:`optimus_bridge.lower_grad`), dead terms go, every node gets
+its meta for Inductor (:mod:`optimus_bridge.lower_meta`), and the outputs are copied where their storage
+sharing or strides differ from eager's (:mod:`optimus_bridge.lower_outputs`). The GraphModule generates its
+Python code on first use, as dynamo's.
 """
 
 from __future__ import annotations
 
 import copy
-
 import operator
 import sys
 from functools import partial
@@ -25,20 +21,24 @@ from functools import partial
 import torch
 from torch.fx import Graph, GraphModule, Node
 
-from optimus_bridge.translate import Slot, SymSize, Translation
-from optimus_eq.extract import EGraphView, no_gc
 from optimus_bridge.grad_facts import gradient_info
-from optimus_eq.extract.grad import grad_classes
-from optimus_eq.extract.plan import chosen_list
-from optimus_bridge.lower_meta import propagate_meta
 from optimus_bridge.lower_grad import keep_gradient_paths
+from optimus_bridge.lower_meta import propagate_meta
 from optimus_bridge.lower_outputs import distinct_outputs, fix_strides, unalias_outputs
 from optimus_bridge.lower_table import (TORCH_IR, IRLevel, LoweringError, SplitGroup, call_function, split_groups,
                                         squeezed_dims)
 from optimus_bridge.overlap import may_overlap as _may_overlap  # noqa: F401 (translate.py imports it from here)
+from optimus_bridge.translate import Slot, SymSize, Translation
+from optimus_eq.extract import EGraphView, no_gc
+from optimus_eq.extract.grad import grad_classes
+from optimus_eq.extract.plan import chosen_list
 
 
 class Lowerer:
+    """One lowering of the plan ``choice`` (e-class -> e-node id) of ``view``, the e-graph of translation
+    ``t``, into a new graph at IR level ``level`` (default :data:`~optimus_bridge.lower_table.TORCH_IR`);
+    :meth:`run` returns the GraphModule. Use once."""
+
     def __init__(self, t: Translation, view: EGraphView, choice: dict[str, str], level: "IRLevel | None" = None) -> None:
         self.t, self.view, self.choice = t, view, choice
         self.level = level or TORCH_IR
@@ -298,6 +298,7 @@ class Lowerer:
         for n in reversed(list(self.graph.nodes)):
             if not n.users and n.op != "output" and n not in copies:
                 self.graph.erase_node(n)
+
 
 def _views_an_input(n: Node) -> bool:
     """Is ``n`` a graph input, or a chain of view ops (``OpOverload.is_view``) on one?"""
