@@ -164,52 +164,74 @@ class Lowerer:
         return self.cval[root]
 
     def _emit_node(self, cls: str) -> Node:
-        g, node = self.graph, self.view.nodes[self.choice[cls]]
-        op, lit = node.op, node.literals
-        if op in ("Leaf", "Apply") and lit[0] in self.t.opaque_keys:
-            return self.emit_kept(self.t.opaque_keys[lit[0]])
-        if op == "Reshape" and self.level.squeeze is not None:
-            dims = squeezed_dims(self.view.shapes.get(node.children[0]), tuple(lit[0]))
-            if dims:
-                return self.level.squeeze(g, self.cval[node.children[0]], dims)
-        if op == "Narrow" and cls in self.splits:
-            group = self.splits[cls]
-            if group.node is None:
-                group.node = self.level.split(g, self.cval[group.source], list(group.sizes), group.dim)
-            return call_function(g, operator.getitem, (group.node, group.piece[cls]), name="getitem")
-        if op == "Reshape" and any(s < 0 for s in lit[0]):
-            lit = [self.reshape_sizes(lit[0])]
-        if op in self.level.views:
-            return self.level.views[op](g, self.cval[node.children[0]], lit)
-        if op == "Cat":
-            elems = self._list(node.children[0])
-            first = self.view.nodes[self.choice[node.children[0]]]
-            dim = first.literals[0]
-            kids = [self.view.nodes[self.choice[e]] for e in elems]
-            if self.level.stack is not None and all(k.op == "Unsqueeze" and k.literals[0] == dim for k in kids):
-                inner = [self.cval[k.children[0]] for k in kids]  # the unsqueezes become dead
-                return self.level.stack(g, inner, dim)
-            return self.level.cat(g, [self.cval[e] for e in elems], dim)
-        if op in ("Unary", "Binary", "Apply"):
-            recipe = self.t.recipes[lit[0]]
-            kids = self._deps(cls)
-            vals = [self.cval[c] for c in kids]
-            def arg(a):
-                if isinstance(a, Slot):
-                    return vals[a.index]
-                if isinstance(a, SymSize):
-                    return self.size_value(self.t.sizes.expr(a.token))
-                return a
+        """The FX node of ``cls``'s chosen e-node, whose children are emitted (:attr:`cval`): an opaque op's
+        kept node, else the emitter of its constructor (:data:`_EMITTERS`), else the level's view."""
+        node = self.view.nodes[self.choice[cls]]
+        if node.op in ("Leaf", "Apply") and node.literals[0] in self.t.opaque_keys:
+            return self.emit_kept(self.t.opaque_keys[node.literals[0]])
+        return _EMITTERS.get(node.op, Lowerer._emit_view)(self, cls, node)
 
-            args = torch.fx.node.map_aggregate(recipe.args, arg)
-            kwargs = torch.fx.node.map_aggregate(recipe.kwargs, arg)
-            n = g.create_node(recipe.op, recipe.target)  # arguments set after: see call_function
-            if kwargs:
-                n.kwargs = dict(kwargs)
-            n.args = tuple(args)
-            self.op_key[n] = lit[0]
-            return n
-        raise LoweringError(f"no lowering for e-node {op}")
+    def _emit_view(self, cls: str, node, literals=None) -> Node:
+        """``level.views[op]`` of the child (``literals``: the e-node's unless given)."""
+        view = self.level.views.get(node.op)
+        if view is None:
+            raise LoweringError(f"no lowering for e-node {node.op}")
+        return view(self.graph, self.cval[node.children[0]], node.literals if literals is None else literals)
+
+    def _emit_narrow(self, cls: str, node) -> Node:
+        """A piece of its split (:attr:`splits`), else a view."""
+        group = self.splits.get(cls)
+        if group is None:
+            return self._emit_view(cls, node)
+        if group.node is None:
+            group.node = self.level.split(self.graph, self.cval[group.source], list(group.sizes), group.dim)
+        return call_function(self.graph, operator.getitem, (group.node, group.piece[cls]), name="getitem")
+
+    def _emit_reshape(self, cls: str, node) -> Node:
+        """A squeeze where it only drops size-1 dims (``level.squeeze``), else a view; symbolic sizes as graph
+        values (:meth:`reshape_sizes`)."""
+        shape = node.literals[0]
+        if self.level.squeeze is not None:
+            dims = squeezed_dims(self.view.shapes.get(node.children[0]), tuple(shape))
+            if dims:
+                return self.level.squeeze(self.graph, self.cval[node.children[0]], dims)
+        if any(s < 0 for s in shape):
+            return self._emit_view(cls, node, [self.reshape_sizes(shape)])
+        return self._emit_view(cls, node)
+
+    def _emit_cat(self, cls: str, node) -> Node:
+        """``level.cat`` of the list's elements, or ``level.stack`` of their inputs when each is an unsqueeze
+        along the cat's dim."""
+        elems = self._list(node.children[0])
+        dim = self.view.nodes[self.choice[node.children[0]]].literals[0]
+        kids = [self.view.nodes[self.choice[e]] for e in elems]
+        if self.level.stack is not None and all(k.op == "Unsqueeze" and k.literals[0] == dim for k in kids):
+            inner = [self.cval[k.children[0]] for k in kids]  # the unsqueezes become dead
+            return self.level.stack(self.graph, inner, dim)
+        return self.level.cat(self.graph, [self.cval[e] for e in elems], dim)
+
+    def _emit_pure(self, cls: str, node) -> Node:
+        """A pure op (``Unary``, ``Binary``, ``Apply``) from its recipe: its FX target and constant arguments,
+        with the children at the recipe's slots and symbolic sizes as graph values."""
+        key = node.literals[0]
+        recipe = self.t.recipes[key]
+        vals = [self.cval[c] for c in self._deps(cls)]
+
+        def arg(a):
+            if isinstance(a, Slot):
+                return vals[a.index]
+            if isinstance(a, SymSize):
+                return self.size_value(self.t.sizes.expr(a.token))
+            return a
+
+        args = torch.fx.node.map_aggregate(recipe.args, arg)
+        kwargs = torch.fx.node.map_aggregate(recipe.kwargs, arg)
+        n = self.graph.create_node(recipe.op, recipe.target)  # arguments set after: see call_function
+        if kwargs:
+            n.kwargs = dict(kwargs)
+        n.args = tuple(args)
+        self.op_key[n] = key
+        return n
 
     # -- symbolic sizes -------------------------------------------------------------------------------
     def reshape_sizes(self, shape) -> list:
@@ -298,6 +320,11 @@ class Lowerer:
         for n in reversed(list(self.graph.nodes)):
             if not n.users and n.op != "output" and n not in copies:
                 self.graph.erase_node(n)
+
+
+#: constructor -> the Lowerer's emitter of its e-nodes; any other constructor is a view of the level's table
+_EMITTERS = {"Narrow": Lowerer._emit_narrow, "Reshape": Lowerer._emit_reshape, "Cat": Lowerer._emit_cat,
+             "Unary": Lowerer._emit_pure, "Binary": Lowerer._emit_pure, "Apply": Lowerer._emit_pure}
 
 
 def _views_an_input(n: Node) -> bool:
