@@ -45,7 +45,7 @@ from torch.utils._pytree import tree_leaves
 import optimus_eq
 from conftest import _gm_args, assert_same_tensor
 from oracle import _copies64, _observable_strides, alias_pairs, assert_values, widened
-from optimus_bridge.lower import _may_overlap
+from optimus_bridge.overlap import may_overlap as _may_overlap
 from test_fuzz_horizontal import HGen, SMALL
 
 #: post-grad horizontal patterns with groups from 2 members (the fuzzer's ``pattern_options`` at post-grad)

@@ -288,7 +288,7 @@ def assert_same_aliasing(act_flat, exp_flat, opt_in, ref_in, lost: bool = True) 
     """Ours' outputs share storage with inputs or other outputs only where eager's do; and (``lost``)
     wherever eager's output is a view of an input, or overlaps another output, ours is too (a write into
     it must still reach the other; two outputs that share a storage without overlapping are exempt)."""
-    from optimus_bridge.lower import _may_overlap
+    from optimus_bridge.overlap import may_overlap as _may_overlap
 
     extra = alias_pairs(act_flat, opt_in) - alias_pairs(exp_flat, ref_in)
     assert not extra, f"outputs alias where eager's do not: {sorted(extra)}"

@@ -235,7 +235,7 @@ def test_output_overlap_check_under_fake_mode():
     such graph fell back)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from optimus_bridge.lower import _may_overlap
+    from optimus_bridge.overlap import may_overlap as _may_overlap
 
     with FakeTensorMode():
         y = torch.empty(4, 6)

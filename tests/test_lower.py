@@ -20,7 +20,7 @@ from hypothesis import given, strategies as st
 import optimus_eq
 from conftest import assert_same_tensor, check, dynamo_graph, rand
 import oracle
-from optimus_bridge.lower import fill_meta
+from optimus_bridge.lower_meta import fill_meta
 from optimus_bridge.translate import meta_val
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
@@ -95,7 +95,7 @@ def test_meta_matches_fake_tensor_prop_dynamo(strategy, grad):
 
 
 def test_meta_matches_fake_tensor_prop_synthetic(strategy, monkeypatch):
-    import optimus_bridge.lower as lower
+    import optimus_bridge.lower_meta as lower
     from synthetic import make_rec_graph
 
     fast = {"view": 0, "cat": 0}
@@ -119,7 +119,7 @@ def test_meta_of_reshape_copies(strategy, monkeypatch):
     """Batched pointwise ops (min_fuse_set_size 2) end in ``reshape(permute(op(stack)))``: a reshape that must
     copy, whose meta takes the fast path (a new contiguous tensor); reshapes that are views keep
     FakeTensorProp's path. Both must give FakeTensorProp's meta."""
-    import optimus_bridge.lower as lower
+    import optimus_bridge.lower_meta as lower
     from synthetic import make_rec_graph
 
     fast = []

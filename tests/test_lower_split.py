@@ -147,7 +147,7 @@ def test_overlapping_narrows_stay_narrows(strategy):
 @pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
 def test_split_meta_matches_fake_tensor_prop(strategy, monkeypatch):
     """Split and getitem meta take the fast path (meta twins) and agree with FakeTensorProp."""
-    import optimus_bridge.lower as lower
+    import optimus_bridge.lower_meta as lower
 
     fast = []
     orig = lower._fast_split

@@ -21,6 +21,7 @@ from torch.fx import GraphModule, Node
 
 from optimus_bridge import vocab
 from optimus_bridge.fx_meta import Unsupported, dropout_draws, is_static_tensor, meta_val
+from optimus_bridge.overlap import may_overlap
 
 
 def _fresh_outside_vocab() -> frozenset:
@@ -159,7 +160,6 @@ def output_alias_nodes(gm: GraphModule, voc=vocab, visible: frozenset | None = N
     ``relu`` and ``alias(relu)``) are not the user's, and keeping their chains would freeze every op whose
     result is saved (:meth:`optimus_bridge.aten.AtenTranslator.visible_outputs`).
     """
-    from optimus_bridge.lower import _may_overlap  # lower imports this module (through translate)
 
     out = next((n for n in reversed(gm.graph.nodes) if n.op == "output"), None)
     if out is None:
@@ -192,7 +192,7 @@ def output_alias_nodes(gm: GraphModule, voc=vocab, visible: frozenset | None = N
             by_storage[next(iter(own))].append(o)
     for group in by_storage.values():
         for i, o in enumerate(group):
-            if any(eager[o] is None or eager[k] is None or _may_overlap(eager[o], eager[k]) for k in group[:i]):
+            if any(eager[o] is None or eager[k] is None or may_overlap(eager[o], eager[k]) for k in group[:i]):
                 for m in (o, *group[:i]):
                     keep.update(m for m in chain(m) if m.op not in ("placeholder", "get_attr"))
     return keep

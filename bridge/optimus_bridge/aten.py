@@ -31,8 +31,8 @@ import torch
 from torch.fx import GraphModule, Node
 
 from optimus_bridge import aten_vocab
-from optimus_bridge.lower import IRLevel
 from optimus_bridge.fx_meta import Unsupported, meta_val, norm_dim
+from optimus_bridge.lower_table import IRLevel
 from optimus_bridge.translate import Translation, Translator
 
 aten = torch.ops.aten

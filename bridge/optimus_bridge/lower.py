@@ -1,183 +1,44 @@
-"""Extracted term DAG -> FX GraphModule (Torch-IR), with the original calling convention.
+"""Extracted term DAG -> FX GraphModule, with the original calling convention: the driver of lowering.
 
-Lowering is a table keyed by constructor (:data:`_VIEW_LOWERING` plus the recipe of each pure op).
-Each chosen e-node is emitted once, so sharing is preserved. Kept (opaque) FX nodes are copied in
-their original relative order, which keeps the order of in-place mutations and random ops. Chosen narrows
-that tile a range of one autograd tensor's dim come back as one ``torch.split`` (:func:`split_groups`).
-
-Meta (``val`` and ``example_value`` FakeTensors) is filled for Inductor: FakeTensorProp's values, computed
-on faster paths where they are known to agree (:func:`_propagate_meta`). Then the outputs are checked against
-the original graph's, from the FakeTensors of both: an output that shares storage with an input or another
-output where eager's did not (a cat of every piece of x folded to x) gets a copy, and an output whose
-strides differ from eager's gets a copy with eager's strides (contiguous clone, or ``new_empty_strided`` +
-``copy_`` for other layouts: a view into a cat that folded away keeps its gaps). Only layouts no copy can
-have (expanded, overlapping) fall back. The GraphModule generates its Python code on first use, as dynamo's.
+:class:`Lowerer` emits each chosen e-node once, so sharing is preserved, through the table of an IR level
+(:mod:`optimus_bridge.lower_table`: ``TORCH_IR`` here, ``optimus_bridge.aten.ATEN_IR`` for Aten-IR) plus
+the recipe of each pure op. Kept (opaque) FX nodes are copied in their original relative order, which keeps
+the order of in-place mutations and random ops. Chosen narrows that tile a range of one autograd tensor's
+dim come back as one ``torch.split`` (:func:`~optimus_bridge.lower_table.split_groups`). Then, in order:
+the outputs get eager's gradient paths (:mod:`optimus_bridge.lower_grad`), dead terms go, every node gets
+its meta for Inductor (:mod:`optimus_bridge.lower_meta`), and the outputs are copied where their storage
+sharing or strides differ from eager's (:mod:`optimus_bridge.lower_outputs`). The GraphModule generates its
+Python code on first use, as dynamo's.
 """
 
 from __future__ import annotations
 
 import copy
-
 import operator
 import sys
-from dataclasses import dataclass, field
 from functools import partial
-from typing import Callable
 
 import torch
 from torch.fx import Graph, GraphModule, Node
-from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from optimus_bridge.translate import (Slot, SymSize, Translation, eager_output_meta, eager_storage_map, meta_val,
-                                      storage_id)
+from optimus_bridge.grad_facts import gradient_info
+from optimus_bridge.lower_grad import keep_gradient_paths
+from optimus_bridge.lower_meta import propagate_meta
+from optimus_bridge.lower_outputs import distinct_outputs, fix_strides, unalias_outputs
+from optimus_bridge.lower_table import (TORCH_IR, IRLevel, LoweringError, SplitGroup, call_function, split_groups,
+                                        squeezed_dims)
+from optimus_bridge.translation import Translation
 from optimus_eq.extract import EGraphView, no_gc
-from optimus_bridge.grad_facts import OUTPUT_REACH, gradient_info, gradient_reach, output_nodes, propagate_reach
 from optimus_eq.extract.grad import grad_classes
 from optimus_eq.extract.plan import chosen_list
-
-def _call(g: Graph, target, args: tuple, kwargs: dict | None = None, name: str | None = None) -> Node:
-    """``g.call_function(target, args, kwargs)``, with the arguments set after the node is created: the
-    same node, without ``create_node``'s walk over the arguments looking for raw SymInts (ours are ints and
-    nodes), which was a fifth of lowering at 20k nodes. ``name`` saves deriving it from the target."""
-    n = g.create_node("call_function", target, name=name)
-    if kwargs:
-        n.kwargs = kwargs
-    n.args = args
-    return n
-
-
-_VIEW_LOWERING: dict[str, Callable] = {
-    "Narrow": lambda g, x, lit: _call(g, torch.narrow, (x, lit[0], lit[1], lit[2]), name="narrow"),
-    "Select": lambda g, x, lit: _call(g, torch.select, (x, lit[0], lit[1]), name="select"),
-    "Unsqueeze": lambda g, x, lit: _call(g, torch.unsqueeze, (x, lit[0]), name="unsqueeze"),
-    "Reshape": lambda g, x, lit: _call(g, torch.reshape, (x, tuple(lit[0])), name="reshape"),
-    "Permute": lambda g, x, lit: _call(g, torch.permute, (x, tuple(lit[0])), name="permute"),
-}
-
-@dataclass(frozen=True)
-class IRLevel:
-    """What lowering emits for one IR level: a table keyed by constructor plus the few ops it adds.
-
-    Attributes:
-        views: constructor (``"Narrow"``, ...) -> ``f(graph, x, literals) -> Node``.
-        cat: ``f(graph, tensors, dim) -> Node``; ``stack`` likewise, or None to emit a cat of unsqueezes.
-        clone: ``f(graph, x, memory_format) -> Node``.
-        restride: ``f(graph, x, shape, strides) -> [Node, ...]``, a copy of x with exactly these strides (for
-            outputs whose eager layout is not contiguous), or None: such outputs fall back.
-        squeeze: ``f(graph, x, dims) -> Node`` for a ``Reshape`` that only drops size-1 dims, or None: such
-            reshapes are emitted as reshapes. A squeeze and a reshape are the same view, but AOTAutograd
-            traces them (and their backward: unsqueeze against view) differently, and Inductor's fusion
-            follows: measured on DLRM's cross net (``bmm(experts, gating).squeeze(2)``), the reshape
-            spelling cost CPU Inductor extra kernels per training step.
-        alias: ``f(graph, x) -> Node``, a new view of all of x (a distinct tensor object), or None.
-        split: ``f(graph, x, sizes, dim) -> Node``, the pieces of x along ``dim`` (a tuple-valued node read
-            with ``operator.getitem``), or None: narrows are always emitted one by one. Used for chosen
-            narrows that tile a range of one tensor's dim (:func:`split_groups`): the same views, but
-            AOTAutograd traces one split's backward as one cat where N narrows give N slice_backwards
-            summed, and Inductor's fusion follows (DLRM's cross net, docs/DESIGN.md).
-        grad_mode_blind: targets of ops that set ``requires_grad`` from their input even under ``no_grad``
-            (``prims.convert_element_type``), each with ``f(graph, node, args, kwargs) -> Node``, an op of the
-            same result that respects the grad mode. Used for a kept node whose input is a graph input or a
-            view of one: AOTAutograd runs inference graphs under ``no_grad``, where eager's result does not
-            require grad, but the op's does when the input does, and so does every view of it (a rewrite
-            that drops a copy after it, ``stack([v])`` as ``v.unsqueeze``, lets that reach an output).
-        sym_size: ``f(graph, x, dim) -> Node``, x's size at ``dim`` read at run time (a SymInt), for symbolic
-            sizes (:mod:`optimus_eq.symbolic`) that lowering rebuilds; None: such graphs fall back.
-    """
-
-    views: dict
-    cat: Callable
-    stack: Callable | None
-    clone: Callable
-    restride: Callable | None = None
-    squeeze: Callable | None = None
-    alias: Callable | None = None
-    split: Callable | None = None
-    grad_mode_blind: dict = field(default_factory=dict)
-    sym_size: Callable | None = None
-
-
-def squeezed_dims(src, dst) -> tuple[int, ...] | None:
-    """The dims of shape ``src`` that a reshape to ``dst`` drops, if it only drops size-1 dims; else None.
-
-    ``squeezed_dims((4, 3, 1), (4, 3)) == (2,)``; ``squeezed_dims((4, 1, 3), (4, 3, 1))`` is None (a move).
-    """
-    if src is None or len(dst) >= len(src):
-        return None
-    dims, j = [], 0
-    for i, n in enumerate(src):
-        if j < len(dst) and n == dst[j]:
-            j += 1
-        elif n == 1:
-            dims.append(i)
-        else:
-            return None
-    return tuple(dims) if j == len(dst) else None
-
-
-@dataclass
-class SplitGroup:
-    """Chosen narrows of one tensor along one dim that are emitted as one split.
-
-    Attributes:
-        source: the e-class of the tensor x being split.
-        dim: the (non-negative) dim.
-        sizes: the split's piece sizes along ``dim``; they sum to x's size there.
-        piece: narrow e-class -> index of its piece in the split's outputs (pieces not in it are never read).
-        node: the emitted split node, once emitted.
-    """
-
-    source: str
-    dim: int
-    sizes: list[int]
-    piece: dict[str, int]
-    node: Node | None = field(default=None, repr=False)
-
-
-def split_groups(narrows: dict[str, tuple[str, int, int, int, int]]) -> dict[str, SplitGroup]:
-    """Group narrows of one tensor along one dim whose pieces tile a contiguous range of it.
-
-    Args:
-        narrows: narrow e-class -> ``(source class, dim, start, length, n)``, the literals of
-            ``Narrow(x, dim, start, length, n)`` (n: x's size along dim; dim non-negative).
-
-    Returns:
-        narrow e-class -> its :class:`SplitGroup`, for every group of at least two narrows of the same
-        ``(source, dim)`` that are non-empty, pairwise disjoint and leave no gap between the first start and
-        the last end; what lies before and after that range becomes a piece nobody reads. Groups where two
-        pieces overlap or leave a gap are left out (their narrows stay narrows), as are pieces of x's whole
-        length (an alias, not a split).
-    """
-    by_key: dict[tuple[str, int], list[tuple[int, int, int, str]]] = {}
-    for cls, (src, dim, start, length, n) in narrows.items():
-        if length > 0 and length < n and 0 <= start and start + length <= n:
-            by_key.setdefault((src, dim), []).append((start, length, n, cls))
-    out: dict[str, SplitGroup] = {}
-    for (src, dim), pieces in by_key.items():
-        if len(pieces) < 2 or len({p[2] for p in pieces}) != 1:
-            continue
-        pieces.sort()
-        n = pieces[0][2]
-        if any(a[0] + a[1] != b[0] for a, b in zip(pieces, pieces[1:])):  # an overlap or a gap
-            continue
-        sizes, piece = ([pieces[0][0]] if pieces[0][0] else []), {}
-        for start, length, _, cls in pieces:
-            piece[cls] = len(sizes)
-            sizes.append(length)
-        end = pieces[-1][0] + pieces[-1][1]
-        if end < n:
-            sizes.append(n - end)
-        group = SplitGroup(src, dim, sizes, piece)
-        for cls in piece:
-            out[cls] = group
-    return out
-
-
-class LoweringError(RuntimeError):
-    """The extracted plan cannot be lowered faithfully (the caller falls back to the original graph)."""
+from optimus_eq.recipe import Slot, SymSize
 
 
 class Lowerer:
+    """One lowering of the plan ``choice`` (e-class -> e-node id) of ``view``, the e-graph of translation
+    ``t``, into a new graph at IR level ``level`` (default :data:`~optimus_bridge.lower_table.TORCH_IR`);
+    :meth:`run` returns the GraphModule. Use once."""
+
     def __init__(self, t: Translation, view: EGraphView, choice: dict[str, str], level: "IRLevel | None" = None) -> None:
         self.t, self.view, self.choice = t, view, choice
         self.level = level or TORCH_IR
@@ -303,52 +164,74 @@ class Lowerer:
         return self.cval[root]
 
     def _emit_node(self, cls: str) -> Node:
-        g, node = self.graph, self.view.nodes[self.choice[cls]]
-        op, lit = node.op, node.literals
-        if op in ("Leaf", "Apply") and lit[0] in self.t.opaque_keys:
-            return self.emit_kept(self.t.opaque_keys[lit[0]])
-        if op == "Reshape" and self.level.squeeze is not None:
-            dims = squeezed_dims(self.view.shapes.get(node.children[0]), tuple(lit[0]))
-            if dims:
-                return self.level.squeeze(g, self.cval[node.children[0]], dims)
-        if op == "Narrow" and cls in self.splits:
-            group = self.splits[cls]
-            if group.node is None:
-                group.node = self.level.split(g, self.cval[group.source], list(group.sizes), group.dim)
-            return _call(g, operator.getitem, (group.node, group.piece[cls]), name="getitem")
-        if op == "Reshape" and any(s < 0 for s in lit[0]):
-            lit = [self.reshape_sizes(lit[0])]
-        if op in self.level.views:
-            return self.level.views[op](g, self.cval[node.children[0]], lit)
-        if op == "Cat":
-            elems = self._list(node.children[0])
-            first = self.view.nodes[self.choice[node.children[0]]]
-            dim = first.literals[0]
-            kids = [self.view.nodes[self.choice[e]] for e in elems]
-            if self.level.stack is not None and all(k.op == "Unsqueeze" and k.literals[0] == dim for k in kids):
-                inner = [self.cval[k.children[0]] for k in kids]  # the unsqueezes become dead
-                return self.level.stack(g, inner, dim)
-            return self.level.cat(g, [self.cval[e] for e in elems], dim)
-        if op in ("Unary", "Binary", "Apply"):
-            recipe = self.t.recipes[lit[0]]
-            kids = self._deps(cls)
-            vals = [self.cval[c] for c in kids]
-            def arg(a):
-                if isinstance(a, Slot):
-                    return vals[a.index]
-                if isinstance(a, SymSize):
-                    return self.size_value(self.t.sizes.expr(a.token))
-                return a
+        """The FX node of ``cls``'s chosen e-node, whose children are emitted (:attr:`cval`): an opaque op's
+        kept node, else the emitter of its constructor (:data:`_EMITTERS`), else the level's view."""
+        node = self.view.nodes[self.choice[cls]]
+        if node.op in ("Leaf", "Apply") and node.literals[0] in self.t.opaque_keys:
+            return self.emit_kept(self.t.opaque_keys[node.literals[0]])
+        return _EMITTERS.get(node.op, Lowerer._emit_view)(self, cls, node)
 
-            args = torch.fx.node.map_aggregate(recipe.args, arg)
-            kwargs = torch.fx.node.map_aggregate(recipe.kwargs, arg)
-            n = g.create_node(recipe.op, recipe.target)  # arguments set after: see _call
-            if kwargs:
-                n.kwargs = dict(kwargs)
-            n.args = tuple(args)
-            self.op_key[n] = lit[0]
-            return n
-        raise LoweringError(f"no lowering for e-node {op}")
+    def _emit_view(self, cls: str, node, literals=None) -> Node:
+        """``level.views[op]`` of the child (``literals``: the e-node's unless given)."""
+        view = self.level.views.get(node.op)
+        if view is None:
+            raise LoweringError(f"no lowering for e-node {node.op}")
+        return view(self.graph, self.cval[node.children[0]], node.literals if literals is None else literals)
+
+    def _emit_narrow(self, cls: str, node) -> Node:
+        """A piece of its split (:attr:`splits`), else a view."""
+        group = self.splits.get(cls)
+        if group is None:
+            return self._emit_view(cls, node)
+        if group.node is None:
+            group.node = self.level.split(self.graph, self.cval[group.source], list(group.sizes), group.dim)
+        return call_function(self.graph, operator.getitem, (group.node, group.piece[cls]), name="getitem")
+
+    def _emit_reshape(self, cls: str, node) -> Node:
+        """A squeeze where it only drops size-1 dims (``level.squeeze``), else a view; symbolic sizes as graph
+        values (:meth:`reshape_sizes`)."""
+        shape = node.literals[0]
+        if self.level.squeeze is not None:
+            dims = squeezed_dims(self.view.shapes.get(node.children[0]), tuple(shape))
+            if dims:
+                return self.level.squeeze(self.graph, self.cval[node.children[0]], dims)
+        if any(s < 0 for s in shape):
+            return self._emit_view(cls, node, [self.reshape_sizes(shape)])
+        return self._emit_view(cls, node)
+
+    def _emit_cat(self, cls: str, node) -> Node:
+        """``level.cat`` of the list's elements, or ``level.stack`` of their inputs when each is an unsqueeze
+        along the cat's dim."""
+        elems = self._list(node.children[0])
+        dim = self.view.nodes[self.choice[node.children[0]]].literals[0]
+        kids = [self.view.nodes[self.choice[e]] for e in elems]
+        if self.level.stack is not None and all(k.op == "Unsqueeze" and k.literals[0] == dim for k in kids):
+            inner = [self.cval[k.children[0]] for k in kids]  # the unsqueezes become dead
+            return self.level.stack(self.graph, inner, dim)
+        return self.level.cat(self.graph, [self.cval[e] for e in elems], dim)
+
+    def _emit_pure(self, cls: str, node) -> Node:
+        """A pure op (``Unary``, ``Binary``, ``Apply``) from its recipe: its FX target and constant arguments,
+        with the children at the recipe's slots and symbolic sizes as graph values."""
+        key = node.literals[0]
+        recipe = self.t.recipes[key]
+        vals = [self.cval[c] for c in self._deps(cls)]
+
+        def arg(a):
+            if isinstance(a, Slot):
+                return vals[a.index]
+            if isinstance(a, SymSize):
+                return self.size_value(self.t.sizes.expr(a.token))
+            return a
+
+        args = torch.fx.node.map_aggregate(recipe.args, arg)
+        kwargs = torch.fx.node.map_aggregate(recipe.kwargs, arg)
+        n = self.graph.create_node(recipe.op, recipe.target)  # arguments set after: see call_function
+        if kwargs:
+            n.kwargs = dict(kwargs)
+        n.args = tuple(args)
+        self.op_key[n] = key
+        return n
 
     # -- symbolic sizes -------------------------------------------------------------------------------
     def reshape_sizes(self, shape) -> list:
@@ -394,10 +277,10 @@ class Lowerer:
             args = [self.size_value(a) for a in e.args]
             out = args[0]
             for a in args[1:]:
-                out = _call(g, fn, (out, a), name=fn.__name__)
+                out = call_function(g, fn, (out, a), name=fn.__name__)
         elif isinstance(e, FloorDiv):
             a, b = (self.size_value(x) for x in e.args)
-            out = _call(g, operator.floordiv, (a, b), name="floordiv")
+            out = call_function(g, operator.floordiv, (a, b), name="floordiv")
         else:
             raise LoweringError(f"cannot rebuild symbolic size {e}")
         self._size_nodes[e] = out
@@ -416,110 +299,20 @@ class Lowerer:
             out_args = torch.fx.node.map_arg(out_node.args[0], self.value_of_node)
             new_out = self.graph.output(out_args)
             new_out.meta = dict(out_node.meta)
-            self._keep_gradient_paths(new_out)
+            if self.level is TORCH_IR:  # Aten-IR: no autograd here
+                keep_gradient_paths(self.graph, new_out, self.t, self.env, self.op_key)
         finally:
             sys.setrecursionlimit(old_limit)
         self._remove_dead_terms()
         copies = set(self.env.values())
-        _propagate_meta(self.graph, self.t.gm, self.t.gm, lambda n: n not in copies)
-        fixes = (partial(_unalias_outputs, visible=self.t.visible_outputs, internal=self.t.internal_outputs),
-                 partial(_fix_strides, copies=frozenset(copies), visible=self.t.visible_outputs), _distinct_outputs)
+        propagate_meta(self.graph, self.t.gm, self.t.gm, lambda n: n not in copies)
+        fixes = (partial(unalias_outputs, visible=self.t.visible_outputs, internal=self.t.internal_outputs),
+                 partial(fix_strides, copies=frozenset(copies), visible=self.t.visible_outputs), distinct_outputs)
         for fix in fixes:
             added = fix(self.graph, out_node, self.level)
             if added:
-                _propagate_meta(self.graph, self.t.gm, self.t.gm, lambda n: True, only=added)
+                propagate_meta(self.graph, self.t.gm, self.t.gm, lambda n: True, only=added)
         return _graph_module(self.t.gm, self.graph)
-
-    def _keep_gradient_paths(self, new_out: Node) -> None:
-        """Give every output eager's gradient paths (:class:`optimus_eq.extract.grad.GradientReach`): for
-        each output and each source (an input or parameter that requires grad), a path here exactly where
-        eager has one, so ``autograd.grad(output, source)`` is None exactly where eager's is.
-
-        Our paths are read from the emitted graph: a copied (kept) node carries gradient where eager's did
-        and an input still carries some; a view, cat or split passes its inputs' on; a pure op passes them
-        on unless eager showed its key dropping gradient (``nondiff_keys``) or its result is not floating.
-
-        * A source eager reaches and we do not (``cat([a, b]).split(..)[1]`` folded to ``b`` cuts ``a``): the
-          output becomes ``cat([out, s.reshape(-1)[:0].reshape(0, ..)])`` per lost source ``s`` (along dim 0;
-          a 0-dim output is viewed to one element and back). The empty piece adds no value (no NaN or inf,
-          unlike ``+ 0 * s``), its backward gives ``s`` eager's zero gradient, and Inductor's decomposition
-          of ``cat`` drops empty inputs (torch/_inductor/decomposition.py ``cat``): what is left is a copy
-          of ``out`` that fuses into its producer (a kernel of its own only after an extern kernel or an
-          input, where eager's cat copied too). Linking the source rather than the cut intermediate keeps
-          the forward free (the intermediate need not exist); the only difference to eager is a gradient
-          eager computes as ``0 * inf = NaN`` through the cut subgraph, here 0.
-        * An output that requires grad here and not in eager is detached (exact: eager's had no grad_fn).
-        * Any other extra path (a fused op reaching an output through another member) cannot be cut
-          without undoing the fusion: LoweringError (fall back). Horizontal fusion groups only members with
-          equal gradient signatures (``PlanGraph.grad_signature``), so this is a safety net.
-        """
-        reach = gradient_reach(self.t) if self.level is TORCH_IR else None  # Aten-IR: no autograd here
-        if reach is None or not reach.sources:
-            return
-        copy_of = {v: k for k, v in self.env.items()}
-        bit = {n: 1 << i for i, n in enumerate(reach.sources)}
-        nondiff, carries_eager = reach.nondiff_keys, reach.carries
-
-        def carries_grad(n: Node, inputs: int) -> bool:
-            if not inputs:
-                return False
-            orig = copy_of.get(n)
-            if orig is not None:
-                return carries_eager.get(orig, 0) != 0
-            key = self.op_key.get(n)
-            if key is not None and key in nondiff:
-                return False
-            if n.target in (torch.Tensor.detach, torch.detach, "detach"):
-                return False
-            val = None
-            if key is not None:
-                val = self.t.types.get(key, (None, (None,)))[1][0]
-            return val is None or val.startswith(("torch.float", "torch.bfloat", "torch.complex"))
-
-        nodes = list(self.graph.nodes)
-        ours, _ = propagate_reach(nodes, carries_grad,
-                                  lambda n: bit.get(copy_of.get(n), 0) if n in copy_of else 0)
-        flat = output_nodes(new_out)
-        if len(flat) != len(reach.at_output):
-            raise LoweringError("output structure changed")
-        allowed = _allowed_paths(reach.at_output, self.t.gm.meta.get(OUTPUT_REACH))
-        for i, (n, want) in enumerate(zip(flat, reach.at_output)):
-            have = ours.get(n, 0) if n is not None else 0
-            if have == want:
-                continue
-            extra, lost = have & ~want, want & ~have
-            if extra & ~allowed[i] and want:
-                raise LoweringError(f"output {i} would have gradient paths eager does not have")
-            if not lost and want:
-                continue  # the extra paths reach only final outputs that eager's sources reach anyway
-            with self.graph.inserting_before(new_out):
-                if extra:  # eager's output needs no grad at all
-                    _replace_output_at(new_out, i, self.graph.call_method("detach", (n,)))
-                    continue
-                srcs = [self.env[s] for j, s in enumerate(reach.sources) if lost >> j & 1]
-                _replace_output_at(new_out, i, self._link_sources(n, srcs, i))
-
-    def _link_sources(self, n: Node, srcs: list[Node], i: int) -> Node:
-        """``cat([n, *empty pieces of srcs])``, equal to ``n`` with a gradient path to each source."""
-        like = meta_val(n)
-        orig = output_nodes(next(x for x in reversed(self.t.gm.graph.nodes) if x.op == "output"))[i]
-        like = meta_val(orig) if orig is not None else like
-        if not isinstance(like, torch.Tensor) or not _static(like):
-            raise LoweringError(f"output {i} lost gradient paths and has no static shape")
-        g, shape = self.graph, tuple(like.shape)
-        base = n if shape else _call(g, torch.reshape, (n, (1,)), name="reshape")
-        tail = shape[1:]
-        pieces = [base]
-        for s in srcs:
-            sv = meta_val(s)
-            e = _call(g, torch.narrow, (_call(g, torch.reshape, (s, (-1,)), name="reshape"), 0, 0, 0), name="narrow")
-            if isinstance(sv, torch.Tensor) and (sv.dtype != like.dtype or sv.device != like.device):
-                e = g.call_method("to", (e,), {"device": like.device, "dtype": like.dtype})
-            if tail:
-                e = _call(g, torch.reshape, (e, (0,) + tail), name="reshape")
-            pieces.append(e)
-        out = _call(g, torch.cat, (pieces, 0), name="cat")
-        return out if shape else _call(g, torch.reshape, (out, ()), name="reshape")
 
     def _remove_dead_terms(self) -> None:
         """Drop emitted term nodes nobody uses; kept (copied) nodes always stay."""
@@ -528,6 +321,12 @@ class Lowerer:
             if not n.users and n.op != "output" and n not in copies:
                 self.graph.erase_node(n)
 
+
+#: constructor -> the Lowerer's emitter of its e-nodes; any other constructor is a view of the level's table
+_EMITTERS = {"Narrow": Lowerer._emit_narrow, "Reshape": Lowerer._emit_reshape, "Cat": Lowerer._emit_cat,
+             "Unary": Lowerer._emit_pure, "Binary": Lowerer._emit_pure, "Apply": Lowerer._emit_pure}
+
+
 def _views_an_input(n: Node) -> bool:
     """Is ``n`` a graph input, or a chain of view ops (``OpOverload.is_view``) on one?"""
     while n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and n.target.is_view:
@@ -535,517 +334,6 @@ def _views_an_input(n: Node) -> bool:
             return False
         n = n.args[0]
     return n.op == "placeholder"
-
-
-def _aliases(values: list, graph: Graph, remap: dict | None = None, empty: bool = True) -> list[set]:
-    """Per output value: the inputs (``("in", target)``: placeholders and attributes of ``graph``) and earlier
-    outputs (``("out", k)``) it shares storage with (``remap``: :func:`~optimus_bridge.translate.eager_storage_map`;
-    ``empty``: tensors of no elements count, :func:`~optimus_bridge.translate.storage_id`)."""
-    ins = {}
-    for n in graph.nodes:
-        if n.op in ("placeholder", "get_attr"):
-            s = storage_id(meta_val(n), remap, empty=empty)
-            if s is not None:
-                ins.setdefault(s, set()).add(("in", str(n.target)))
-    outs = [storage_id(v, remap, empty=empty) for v in values]
-    return [(ins.get(s, set()) | {("out", k) for k in range(i) if outs[k] == s}) if s is not None else set()
-            for i, s in enumerate(outs)]
-
-
-def _allowed_paths(at_output: tuple, final_reach: tuple | None) -> list[int]:
-    """Per flat output position, the sources whose gradient paths to it are harmless: eager's own
-    (``at_output``), and for a segment between global-state switches (``final_reach``: the whole graph's
-    output positions each of its outputs reaches, :data:`optimus_bridge.grad_facts.OUTPUT_REACH`) every
-    source that eager connects to all the final outputs the position reaches (a batched Linear's output
-    depends on every member's weight; when all members feed one final output, each weight has a gradient
-    path to it in eager too, so no None gradient becomes zeros)."""
-    if final_reach is None or len(final_reach) != len(at_output):
-        return list(at_output)
-    union: dict[int, int] = {}
-    for want, mask in zip(at_output, final_reach):
-        while mask:
-            bit = mask & -mask
-            union[bit] = union.get(bit, 0) | want
-            mask ^= bit
-    allowed = list(at_output)
-    for i, mask in enumerate(final_reach):
-        if mask:
-            common = -1
-            while mask:
-                bit = mask & -mask
-                common &= union[bit]
-                mask ^= bit
-            allowed[i] |= common
-    return allowed
-
-
-def _unalias_outputs(graph: Graph, old_out: Node, level: "IRLevel", visible: frozenset | None = None,
-                     internal: frozenset = frozenset()) -> list[Node]:
-    """Copy each output that shares storage with an input or another output where eager's does not (a cat
-    of every piece of x folds to x itself, but eager returned a new tensor). The copy has eager's layout
-    (:func:`_copy_like`). Aliasing is read from the FakeTensor meta of both graphs (views share storage).
-    Returns the nodes added. ``visible``: the outputs whose overlap the user sees (None: all;
-    :attr:`~optimus_bridge.translate.Translation.visible_outputs`); ``internal``: outputs only later nodes of
-    the same program read, left as they are (:attr:`~optimus_bridge.translate.Translation.internal_outputs`).
-
-    Raises:
-        LoweringError: the output structure changed, or an output that eager returns as a view of an input
-            is a new tensor here (a later in-place change of it would no longer reach the input), or two
-            outputs that overlap in eager (one a view of the other) would not here.
-    """
-    new_out = next(n for n in reversed(graph.nodes) if n.op == "output")
-    old, new = _flat_nodes(old_out.args[0]), _flat_nodes(new_out.args[0])
-    if len(old) != len(new):
-        raise LoweringError("output structure changed")
-    old_vals = _eager_vals(old_out, old)
-    new_vals = [meta_val(n) if isinstance(n, Node) else None for n in new]
-    # eager's aliasing: the original graph's meta, where an eval-mode dropout is its input (as eager runs it)
-    eager = _aliases(old_vals, old_out.graph, eager_storage_map(old_out.graph))
-    ours = _aliases(new_vals, graph)
-    tensor_out = [i for i, n in enumerate(new)
-                  if isinstance(old_vals[i], torch.Tensor) and isinstance(n, Node) and i not in internal]
-    # a lost view of an input matters where a write through it could reach the input: not for empty tensors
-    eager_data = _aliases(old_vals, old_out.graph, eager_storage_map(old_out.graph), empty=False)
-    ours_data = _aliases(new_vals, graph, empty=False)
-    for i in tensor_out:
-        lost = {a for a in eager_data[i] - ours_data[i] if a[0] == "in"}
-        if lost:
-            raise LoweringError(f"output {i} is a view of {min(lost)[1]} in eager, a new tensor here")
-    copy = _outputs_to_copy(tensor_out, old, eager, ours)
-    added: list[Node] = []
-    copied = {("out", i) for i in copy}  # fresh storage, which other outputs no longer share
-    made: dict = {}  # (original output node, lowered node) -> its copy
-    for i in sorted(copy):
-        key = (old[i], new[i])
-        if key not in made:  # eager returns one tensor twice: so must we (one copy)
-            with graph.inserting_before(new_out):
-                nodes = _copy_like(graph, new[i], old_vals[i], level)
-            made[key] = nodes[-1]
-            added.extend(nodes)
-        _replace_output_at(new_out, i, made[key])
-    # every level: AOTAutograd regenerates only the outputs that alias an input or an intermediate; the
-    # others (``non_alias``, ``unsafe_view_alias``) reach the user as the graph returns them
-    for i in range(len(old)) if visible is None else sorted(visible):
-        for k in sorted(a[1] for a in eager_data[i] if a[0] == "out" and (visible is None or a[1] in visible)):
-            kept = ("out", k) in ours[i] and ("out", k) not in copied and ("out", i) not in copied
-            if not kept and _may_overlap(old_vals[k], old_vals[i]):
-                # eager's output i is a view into output k (``y, y[:, 1:]``): two separate copies would
-                # no longer see each other's in-place changes
-                raise LoweringError(f"output {i} overlaps output {k} in eager; here they would not")
-    return added
-
-
-def _outputs_to_copy(outs: list[int], old: list, eager: list[set], ours: list[set]) -> set[int]:
-    """Which outputs get a copy so that ours share storage only where eager's do (``eager``, ``ours``: per
-    output, the inputs and earlier outputs it shares storage with, :func:`_aliases`). An output that shares
-    with an input where eager's does not is copied. Of two outputs that share here but not in eager, the
-    one that shares with fewer other outputs in eager is copied (ties: the later one), so that a group of
-    outputs that overlap in eager keeps its storage and a lone output that a rewrite made a view of them
-    (``stack([x])`` as ``x.unsqueeze``) gets the copy."""
-    def eager_partners(i: int) -> int:
-        return sum(1 for k in outs if k != i and old[k] is not old[i]
-                   and (("out", k) in eager[i] or ("out", i) in eager[k]))
-
-    copy = {i for i in outs if any(a[0] == "in" for a in ours[i] - eager[i])}
-    considered = set(outs)
-    for i in outs:
-        for a in sorted(ours[i] - eager[i]):
-            k = a[1]
-            # an output not considered (a segment's internal output) may share anything: the copy goes to the
-            # other one only if it needs one for itself (fuzz seed 905020: a view of an input was copied)
-            if a[0] != "out" or k not in considered or i in copy or k in copy or old[k] is old[i]:
-                continue
-            copy.add(k if eager_partners(k) < eager_partners(i) else i)
-    return copy
-
-
-def _eager_vals(old_out: Node, old: list) -> list:
-    """FakeTensors of the original graph's flat outputs ``old`` as eager has them
-    (:func:`~optimus_bridge.translate.eager_output_meta`: an eval-mode dropout is its input).
-
-    Raises:
-        LoweringError: an output's eager layout could not be worked out.
-    """
-    vals = eager_output_meta(old_out.graph, old)
-    for i, (o, v) in enumerate(zip(old, vals)):
-        if v is None and isinstance(o, Node) and isinstance(meta_val(o), torch.Tensor):
-            raise LoweringError(f"output {i}: eager's layout is unknown (a view of an eval-mode dropout)")
-    return vals
-
-
-def _distinct_outputs(graph: Graph, old_out: Node, level: "IRLevel") -> list[Node]:
-    """Outputs that were different nodes but are now one node (``v.detach()`` and ``v`` of Aten-IR, where
-    ``aten.alias`` is its input) get a view of their own: one tensor object returned twice lets a change of
-    one (AOTAutograd detaches the non-differentiable output) reach the other, which then lost its
-    gradient. Returns the nodes added."""
-    if level.alias is None:
-        return []
-    new_out = next(n for n in reversed(graph.nodes) if n.op == "output")
-    old, new = _flat_nodes(old_out.args[0]), _flat_nodes(new_out.args[0])
-    first: dict = {}
-    added = []
-    for i, (o, n) in enumerate(zip(old, new)):
-        if not isinstance(n, Node) or not isinstance(meta_val(n), torch.Tensor):
-            continue
-        j = first.setdefault(n, i)
-        if j != i and old[j] is not o:
-            with graph.inserting_before(new_out):
-                a = level.alias(graph, n)
-            _replace_output_at(new_out, i, a)
-            added.append(a)
-    return added
-
-
-def _may_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Do two tensors of one storage share an element address? Exact for static sizes up to 2**16
-    elements each (the addresses enumerated), else whether their address spans intersect."""
-    if not (_static(a) and _static(b)) or a.numel() == 0 or b.numel() == 0:
-        return not (_static(a) and _static(b))
-
-    def span(t):
-        lo = t.storage_offset() + sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if st < 0)
-        hi = t.storage_offset() + sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if st > 0)
-        return lo, hi
-
-    (alo, ahi), (blo, bhi) = span(a), span(b)
-    if ahi < blo or bhi < alo:
-        return False
-    if a.numel() > 2**16 or b.numel() > 2**16:
-        return True
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-
-    with unset_fake_temporarily():  # inside Inductor a fake mode is active: these must be real tensors
-        addr = torch.arange(max(ahi, bhi) + 1)
-        pa = torch.as_strided(addr, tuple(a.shape), tuple(a.stride()), a.storage_offset())
-        pb = torch.as_strided(addr, tuple(b.shape), tuple(b.stride()), b.storage_offset())
-        return bool(torch.isin(pa.reshape(-1), pb.reshape(-1)).any())
-
-
-def _flat_nodes(args) -> list:
-    out: list = []
-    torch.fx.node.map_aggregate(args, lambda a: out.append(a) or a)
-    return out
-
-
-def _replace_output_at(out: Node, index: int, value: Node) -> None:
-    counter = iter(range(10**9))
-
-    def swap(a):
-        return value if next(counter) == index else a
-
-    out.args = (torch.fx.node.map_aggregate(out.args[0], swap),)
-
-
-def _observable_strides(t: torch.Tensor) -> tuple:
-    """Strides of the dims of size > 1 (a size-1 dim's stride changes no address)."""
-    return tuple(st for st, n in zip(t.stride(), t.shape) if n != 1)
-
-
-def _non_overlapping(t: torch.Tensor) -> bool:
-    """No two elements of ``t`` share an address (dims by increasing stride, each past the span before)."""
-    span = 1
-    for st, n in sorted((st, n) for st, n in zip(t.stride(), t.shape) if n != 1):
-        if st < span:
-            return False
-        span += (n - 1) * st
-    return True
-
-
-def _restridable(like: torch.Tensor, level: "IRLevel") -> bool:
-    return level.restride is not None and _static(like) and _non_overlapping(like)
-
-
-def _copy_like(graph: Graph, value: Node, like: torch.Tensor, level: "IRLevel") -> list[Node]:
-    """Nodes computing a fresh tensor equal to ``value`` laid out like ``like`` (eager's output): a contiguous
-    clone, or ``level.restride`` (Torch-IR: ``value.new_empty_strided(shape, strides).copy_(value)``) for any
-    other non-overlapping layout (gaps included: a view into a larger buffer). Expanded or symbolic layouts,
-    and levels without ``restride``, get a ``preserve_format`` clone (the caller checks the strides).
-    Inserted at the graph's insert point; returns the new nodes, the result last."""
-    if like.is_contiguous():
-        return [level.clone(graph, value, torch.contiguous_format)]
-    if not _restridable(like, level):
-        return [level.clone(graph, value, torch.preserve_format)]
-    return level.restride(graph, value, tuple(like.shape), tuple(like.stride()))
-
-
-def _restride_torch(g: Graph, x: Node, shape: tuple, stride: tuple) -> list[Node]:
-    buf = g.call_method("new_empty_strided", (x, shape, stride))
-    return [buf, g.call_method("copy_", (buf, x))]
-
-
-def _fix_strides(graph: Graph, old_out: Node, level: "IRLevel", copies: frozenset = frozenset(),
-                 visible: frozenset | None = None) -> list[Node]:
-    """Give each output eager's strides where ours differ (see :func:`_copy_like`), and a Torch-IR output that
-    is a new node (not in ``copies``, the verbatim copies of original nodes) with size-1 dims eager's
-    contiguous layout for sure. Returns the nodes added. ``visible``: the outputs the user sees (None: all;
-    sharing storage with an output the user does not see, a tensor saved for backward, is not kept).
-
-    Raises:
-        LoweringError: an output changed shape or dtype, or its layout cannot be reproduced (eager's is
-            expanded or overlapping, or symbolic, or the level has no ``restride``, or the output shares
-            storage with an input or another output in eager, which a copy would lose).
-    """
-    new_out = next(n for n in reversed(graph.nodes) if n.op == "output")
-    old, new = _flat_nodes(old_out.args[0]), _flat_nodes(new_out.args[0])
-    added = []
-    made: dict = {}  # (original output node, lowered node) -> its copy
-    old_vals = _eager_vals(old_out, old)
-    eager = _aliases(old_vals, old_out.graph, eager_storage_map(old_out.graph))
-    # storage shared with an input, or with another output that overlaps this one (two disjoint slices of one
-    # tensor share storage too, but no write through one reaches the other: a copy of one loses nothing)
-    # (and only between outputs the user sees: a tensor saved for backward is not the user's, ``visible``)
-    shares = [{a for a in eager[i] if a[0] == "in" or (
-        old[a[1]] is not old[i] and (visible is None or i in visible and a[1] in visible) and (
-            old_vals[i] is None or old_vals[a[1]] is None or _may_overlap(old_vals[i], old_vals[a[1]])))}
-        for i in range(len(old))]
-    for i in range(len(old)):
-        for a in list(shares[i]):
-            if a[0] == "out":
-                shares[a[1]].add(("out", i))
-    for i, (o, n) in enumerate(zip(old, new)):
-        # None outputs (a backward graph's gradient of an input that needs none) have no meta
-        ov = old_vals[i]
-        nv = meta_val(n) if isinstance(n, Node) else None
-        if not isinstance(ov, torch.Tensor) or not isinstance(nv, torch.Tensor):
-            continue
-        if tuple(ov.shape) != tuple(nv.shape) or ov.dtype != nv.dtype:
-            raise LoweringError(f"output {i} changed shape or dtype: {tuple(ov.shape)} {ov.dtype} -> "
-                                f"{tuple(nv.shape)} {nv.dtype}")
-        if ov.numel() > 1 and _observable_strides(ov) != _observable_strides(nv):
-            if not ov.is_contiguous() and not _restridable(ov, level):
-                raise LoweringError(f"output {i} strides {nv.stride()} differ from eager's {ov.stride()}")
-            if shares[i]:  # a copy would no longer share storage with them (a view of an input, y and y[1:])
-                raise LoweringError(f"output {i} strides {nv.stride()} differ from eager's {ov.stride()}, and it "
-                                    f"shares storage with {min(shares[i])} in eager")
-            if (o, n) in made:  # eager returns this one tensor twice: so must we (one copy)
-                _replace_output_at(new_out, i, made[(o, n)])
-                continue
-            with graph.inserting_before(new_out):
-                nodes = _copy_like(graph, n, ov, level)
-            _replace_output_at(new_out, i, nodes[-1])
-            made[(o, n)] = nodes[-1]
-            added.extend(nodes)
-        elif (level.restride is _restride_torch and n not in copies and n.op in ("call_function", "call_method")
-              and ov.numel() > 1 and 1 in ov.shape and _static(ov) and ov.is_contiguous() and not shares[i]):
-            # size-1 dims: FakeTensor's Python view references pick other strides for them than the C++
-            # kernels, and cat/stack/clone follow the memory format those strides suggest, so the real
-            # layout can differ from the meta that says it matches; ``contiguous()`` is eager's layout for
-            # sure and returns the tensor itself when it is already contiguous (fuzz seed 803065)
-            with graph.inserting_before(new_out):
-                c = graph.call_method("contiguous", (n,))
-            _replace_output_at(new_out, i, c)
-            added.append(c)
-    return added
-
-
-def _input_fakes(original: GraphModule) -> tuple[list, "torch._subclasses.fake_tensor.FakeTensorMode"]:
-    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
-
-    fakes = [meta_val(n) for n in original.graph.nodes if n.op == "placeholder"]
-    # the inputs' own mode: inside torch.compile the tracing context may hold another one
-    modes = {id(f.fake_mode): f.fake_mode for f in fakes if isinstance(f, FakeTensor)}
-    if len(modes) > 1:
-        raise RuntimeError("graph inputs carry FakeTensors of several fake modes")
-    mode = next(iter(modes.values())) if modes else FakeTensorMode(allow_non_fake_inputs=True)
-    return fakes, mode
-
-
-def fill_meta(gm: GraphModule, original: GraphModule) -> None:
-    """Fill ``val`` / ``example_value`` on every node by FakeTensor propagation from the inputs' meta."""
-    fakes, mode = _input_fakes(original)
-    with mode:
-        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
-    for n in gm.graph.nodes:
-        if "val" in n.meta:
-            n.meta["example_value"] = n.meta["val"]
-
-
-def _propagate_meta(graph: Graph, root: torch.nn.Module, original: GraphModule, fast, only=None) -> None:
-    """Fill ``val`` / ``example_value`` like :func:`fill_meta`, without building a GraphModule, and fast.
-
-    FakeTensor dispatch costs 0.1-5 ms per op (a narrow: ~0.2 ms), which made meta propagation most of the
-    lowering time on large graphs. Nodes for which ``fast(node)`` holds (term nodes we emitted: views,
-    cat/stack, pure ops) run their op on plain ``meta`` tensors that share storage with the inputs'
-    FakeTensors (~2 us for a view) and the result is wrapped as a FakeTensor of the inputs' mode, on their
-    device. Other nodes (copied opaque nodes), nodes whose inputs sit on several devices, graphs with
-    symbolic sizes, and any op that fails on meta tensors go through FakeTensorProp, node by node.
-
-    Args:
-        only: propagate just these nodes (their inputs must have meta already).
-    """
-    from torch._subclasses.fake_tensor import FakeTensor
-
-    fakes, mode = _input_fakes(original)
-    # the meta-device shortcut skips autocast's dispatch (a Linear in an autocast region is bfloat16)
-    static = (all(isinstance(f, FakeTensor) and _static(f) for f in fakes if isinstance(f, torch.Tensor))
-              and not torch._C._is_any_autocast_enabled())
-    prop = FakeTensorProp(_Attrs(root), mode)  # only its run_node is used: env in, attributes from root
-    env = prop.env
-    twins: dict[Node, torch.Tensor] = {}
-
-    def twin_of(a: Node):
-        t = twins.get(a)
-        if t is None:
-            v = env[a]
-            if not isinstance(v, FakeTensor) or not _static(v):
-                raise _NotFast
-            t = twins[a] = torch.empty(0, device="meta", dtype=v.dtype).set_(
-                v.untyped_storage(), v.storage_offset(), v.shape, v.stride())
-        return t
-
-    def slow(n: Node):
-        with mode:
-            out = prop.run_node(n)
-        for a in n.all_input_nodes:  # an in-place op may have changed its inputs' metadata
-            twins.pop(a, None)
-        return out
-
-    placeholders = iter(fakes)
-    nodes = list(graph.nodes) if only is None else list(only)
-    if only is not None:
-        for n in graph.nodes:
-            if "val" in n.meta:
-                env[n] = n.meta["val"]
-    for n in nodes:
-        op = n.op
-        if op == "placeholder":
-            val = env[n] = next(placeholders)
-            if val is not None:
-                n.meta["val"] = n.meta["example_value"] = val
-            continue
-        if op == "output":
-            continue
-        val = None
-        if static and (op == "call_function" or op == "call_method") and fast(n):
-            target = n.target
-            view = _VIEW_META.get(target) if op == "call_function" and type(target) is not str else None
-            if view is not None and not n.kwargs and type(n.args[0]) is Node:
-                val = _fast_view(n, env, twins, twin_of, FakeTensor, mode)
-            elif view is None and _CAT_META.get(target) and not n.kwargs:
-                val = _fast_cat(n, env, FakeTensor, mode)
-            elif target is torch.reshape:
-                val = _fast_reshape_copy(n, env, twin_of, FakeTensor, mode)
-            elif target is torch.split:
-                val = _fast_split(n, env, twins, twin_of, FakeTensor, mode)
-            elif target is operator.getitem and type(n.args[0]) is Node and type(twins.get(n.args[0])) is tuple:
-                val = env[n.args[0]][n.args[1]]
-                twins[n] = twins[n.args[0]][n.args[1]]
-            if val is None and not _slow_meta(target):
-                try:
-                    val = _fast_node(n, env, twins, twin_of, FakeTensor, mode)
-                except _NotFast:
-                    pass
-        if val is None:
-            env[n] = slow(n)
-            if "val" in n.meta:
-                n.meta["example_value"] = n.meta["val"]
-        else:
-            env[n] = n.meta["val"] = n.meta["example_value"] = val
-
-
-#: View ops whose plain meta kernel gives exactly FakeTensorProp's result (the ops lowering emits for the
-#: canonical view terms); they take the shortest path: one call on the input's meta twin.
-_VIEW_META = {torch.narrow: True, torch.select: True, torch.unsqueeze: True, torch.permute: True}
-#: cat/stack, whose meta is a Python reference (~1-2 ms at 100 inputs): computed directly for inputs of
-#: rank < 4, where the result is always a new contiguous tensor (no channels-last memory format).
-_CAT_META = {torch.cat: "cat", torch.stack: "stack"}
-
-
-def _fast_view(n: Node, env: dict, twins: dict, twin_of, fake_type, mode):
-    """Meta of a view op on one tensor and constant ints (``torch.narrow(x, 1, 0, 4)``), or None."""
-    a = n.args[0]
-    v = env.get(a)
-    if not isinstance(v, fake_type):
-        return None
-    try:
-        out = n.target(twin_of(a), *n.args[1:])
-    except Exception:  # _NotFast (symbolic twin) or an argument the kernel rejects: the general paths
-        return None
-    twins[n] = out
-    return fake_type(mode, out, v.device)
-
-
-def _fast_split(n: Node, env: dict, twins: dict, twin_of, fake_type, mode):
-    """Meta of ``torch.split(x, sizes, dim)`` (static ints): a tuple of views, as narrows give them (their
-    twins kept in ``twins[n]`` for the ``getitem`` nodes that read them), or None."""
-    args = n.args
-    if n.kwargs or len(args) != 3 or type(args[0]) is not Node:
-        return None
-    v = env.get(args[0])
-    if not isinstance(v, fake_type):
-        return None
-    try:
-        outs = torch.split(twin_of(args[0]), args[1], args[2])
-    except Exception:  # _NotFast (symbolic twin) or sizes the kernel rejects: FakeTensorProp decides
-        return None
-    twins[n] = tuple(outs)
-    return tuple(fake_type(mode, o, v.device) for o in outs)
-
-
-def _fast_cat(n: Node, env: dict, fake_type, mode):
-    """Meta of ``torch.cat(tensors, dim)`` / ``torch.stack(tensors, dim)`` of same-dtype, same-device tensors
-    of static rank-r shapes, r < 4 (a fresh contiguous tensor), or None when another path must decide."""
-    args = n.args
-    if not 1 <= len(args) <= 2 or not isinstance(args[0], (list, tuple)):  # FX stores an immutable_list
-        return None
-    vals = [env.get(a) if type(a) is Node else None for a in args[0]]
-    if not vals or not all(isinstance(v, fake_type) for v in vals):
-        return None
-    first = vals[0]
-    dtype, device, shape = first.dtype, first.device, first.shape
-    rank = len(shape)
-    stack = _CAT_META[n.target] == "stack"
-    dim = args[1] if len(args) > 1 else 0
-    out_rank = rank + 1 if stack else rank
-    if type(dim) is not int or not 0 < rank < 4 or not -out_rank <= dim < out_rank:
-        return None
-    dim %= out_rank
-    try:
-        if stack:
-            if any(v.dtype != dtype or v.device != device or v.shape != shape for v in vals):
-                return None
-            out_shape = [*shape[:dim], len(vals), *shape[dim:]]
-        else:
-            rest = (shape[:dim], shape[dim + 1:])
-            if any(v.dtype != dtype or v.device != device or len(v.shape) != rank
-                   or (v.shape[:dim], v.shape[dim + 1:]) != rest for v in vals):
-                return None
-            out_shape = list(shape)
-            out_shape[dim] = sum(v.shape[dim] for v in vals)
-    except Exception:  # a data-dependent symbolic size: FakeTensorProp decides
-        return None
-    if not all(type(d) is int for d in out_shape):
-        return None
-    return fake_type(mode, torch.empty(out_shape, dtype=dtype, device="meta"), device)
-
-
-def _fast_reshape_copy(n: Node, env: dict, twin_of, fake_type, mode):
-    """Meta of ``torch.reshape(x, shape)`` (static ints) when x cannot be viewed as ``shape``: reshape then
-    copies, and FakeTensor's reference returns a new contiguous tensor (checked with size-1 dims), which is
-    what this returns. None when x can be viewed: the view's strides of size-1 dims are FakeTensorProp's
-    to decide (``_SLOW_META``). Greedy's batched pointwise ops end in ``reshape(permute(op(stack)))``, one
-    per group: 788 of them at 50k nodes went through FakeTensor dispatch, about 0.7 ms each."""
-    args = n.args
-    if n.kwargs or len(args) != 2 or type(args[0]) is not Node or not isinstance(args[1], (tuple, list)) \
-            or not all(type(d) is int for d in args[1]):
-        return None
-    v = env.get(args[0])
-    if not isinstance(v, fake_type):
-        return None
-    try:
-        t = twin_of(args[0])
-    except _NotFast:
-        return None
-    try:
-        t.view(args[1])
-        return None  # a view
-    except (RuntimeError, ValueError):  # ValueError: the Python reference (_refs.view), which meta tensors take
-        pass                            # under the Python dispatcher, as inside Inductor's pre-grad passes
-    try:
-        shape = t.reshape(args[1]).shape  # the meta kernel's copy: the shape (-1 inferred)
-    except Exception:  # a wrong shape: FakeTensorProp raises the user's error
-        return None
-    return fake_type(mode, torch.empty(shape, dtype=t.dtype, device="meta"), v.device)
 
 
 def _graph_module(root: torch.nn.Module, graph: Graph) -> GraphModule:
@@ -1065,83 +353,6 @@ def _graph_module(root: torch.nn.Module, graph: Graph) -> GraphModule:
     return _LazyGraphModule(root, graph)
 
 
-class _NotFast(Exception):
-    pass
-
-
-#: Ops whose FakeTensor result differs from the plain meta kernel's: ``reshape``/``view`` decompose to a
-#: Python reference under FakeTensorMode that picks other strides for size-1 dims than the C++ kernel. Kept
-#: on the FakeTensor path so that meta is exactly what FakeTensorProp gives (checked over the test suite).
-_SLOW_META = frozenset([torch.reshape, torch.Tensor.reshape, torch.Tensor.view, "reshape", "view", "view_as",
-                        torch.flatten, "flatten", torch.unflatten, "unflatten", torch.ops.aten.reshape.default,
-                        torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default])
-
-
-def _slow_meta(target) -> bool:
-    try:
-        return target in _SLOW_META
-    except TypeError:  # an unhashable target
-        return True
-
-
-def _static(t: torch.Tensor) -> bool:
-    return (all(type(d) is int for d in t.shape) and all(type(d) is int for d in t.stride())
-            and type(t.storage_offset()) is int)
-
-
-class _Attrs(torch.nn.Module):
-    """The attributes and submodules of ``root`` behind an empty graph: what FakeTensorProp's ``run_node``
-    needs (``get_attr``, ``call_module``), without its constructor walking the original graph (~0.15 s at
-    50k nodes) for a garbage-collection plan that ``run_node`` never uses."""
-
-    def __init__(self, root: torch.nn.Module) -> None:
-        super().__init__()
-        object.__setattr__(self, "_root", root)  # not a registered submodule
-        object.__setattr__(self, "graph", Graph())
-
-    def __getattr__(self, name: str):
-        return getattr(object.__getattribute__(self, "_root"), name)
-
-
-def _twin_arg(a, env: dict, twin_of, devices: set):
-    """``a`` with each tensor-valued node replaced by its meta twin (devices seen added to ``devices``). A
-    plain recursive function: a recursive closure is a reference cycle that keeps the whole environment
-    alive until the next garbage collection."""
-    if type(a) is Node:
-        v = env[a]
-        if isinstance(v, torch.Tensor):
-            devices.add(v.device)
-            return twin_of(a)
-        return v
-    if isinstance(a, (tuple, list)):
-        return type(a)([_twin_arg(x, env, twin_of, devices) for x in a])
-    if isinstance(a, dict):
-        return {k: _twin_arg(x, env, twin_of, devices) for k, x in a.items()}
-    if isinstance(a, Node):  # a Node subclass
-        raise _NotFast
-    return a
-
-
-def _fast_node(n: Node, env: dict, twins: dict, twin_of, fake_type, mode):
-    """Run ``n`` on meta twins of its inputs; wrap the result as a FakeTensor (or raise _NotFast)."""
-    devices: set = set()
-    try:
-        args = [_twin_arg(a, env, twin_of, devices) for a in n.args]
-        kwargs = {k: _twin_arg(a, env, twin_of, devices) for k, a in n.kwargs.items()} if n.kwargs else {}
-        if len(devices) != 1:  # no tensor input, or inputs on several devices: FakeTensor's rules
-            raise _NotFast
-        if n.op == "call_method":
-            out = getattr(args[0], n.target)(*args[1:], **kwargs)
-        else:
-            out = n.target(*args, **kwargs)
-    except Exception as exc:  # no meta kernel, symbolic sizes, mixed devices: take the FakeTensor path
-        raise _NotFast from exc
-    if type(out) is not torch.Tensor or out.device.type != "meta":
-        raise _NotFast
-    twins[n] = out
-    return fake_type(mode, out, next(iter(devices)))
-
-
 def lower(t: Translation, view: EGraphView, choice: dict[str, str], level: IRLevel | None = None) -> GraphModule:
     """Lower the extracted plan ``choice`` (e-class -> e-node id) to a GraphModule.
 
@@ -1154,16 +365,3 @@ def lower(t: Translation, view: EGraphView, choice: dict[str, str], level: IRLev
     with no_gc():
         return Lowerer(t, view, choice, level).run()
 
-
-#: Torch-IR lowering: ``torch.*`` functions and Tensor methods, as dynamo graphs spell them.
-TORCH_IR = IRLevel(
-    views=_VIEW_LOWERING,
-    cat=lambda g, xs, d: _call(g, torch.cat, (xs, d), name="cat"),
-    stack=lambda g, xs, d: _call(g, torch.stack, (xs, d), name="stack"),
-    squeeze=lambda g, x, dims: _call(g, torch.squeeze, (x, dims), name="squeeze"),
-    clone=lambda g, x, fmt: g.call_method("clone", (x,), {"memory_format": fmt}),
-    restride=_restride_torch,
-    alias=lambda g, x: g.call_method("view_as", (x, x)),
-    split=lambda g, x, sizes, d: _call(g, torch.split, (x, sizes, d), name="split"),
-    sym_size=lambda g, x, d: g.call_method("size", (x, d)),
-)
