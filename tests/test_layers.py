@@ -60,7 +60,7 @@ LAZY = {
     ("optimus_eq.cli", "optimus_bench.calibrate"): "optional subcommand",
 }
 #: (importer, imported) imports against the contract, each with its reason (the splits of translate.py and lower.py emptied it):
-#: each is left out of the checks until then; the list shrinks, never grows
+#: (left out of the checks; the list shrinks, never grows)
 PENDING = {
 }
 SKIPPED = {**LAZY, **PENDING}
