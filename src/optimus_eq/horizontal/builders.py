@@ -3,10 +3,11 @@
 Every builder adds ONE fused op per group and one view per member that equals it (``writer.union``):
 
 * pointwise (``Unary``/``Binary``/one-input ``Apply``): ``F = f(stack(x_1..x_n))``, ``y_i = F.select(0, i)``;
-* batch_linear: ``Y^T = baddbmm(stack(b).unsqueeze(2), stack(w), stack(x).permute(0, 2, 1))`` (``bmm``
+* batch_linear: ``Y^T = bmm_add(stack(b).unsqueeze(2), stack(w), stack(x).permute(0, 2, 1))`` (``bmm``
+  then the bias add, which Inductor fuses into the readers; ``torch.baddbmm`` for bf16/fp16; ``bmm``
   without bias; inputs of rank > 2 flattened to [n, M, in] and outputs viewed back),
   ``y_i = Y^T.permute(0, 2, 1).select(0, i)``: the weights' gradients come out in their own layout;
-  without a weight gradient (inference) ``Y = baddbmm(stack(b).unsqueeze(1), stack(x), stack(w).permute(0, 2, 1))``,
+  without a weight gradient (inference) ``Y = bmm_add(stack(b).unsqueeze(1), stack(x), stack(w).permute(0, 2, 1))``,
   ``y_i = Y.select(0, i)``, contiguous as eager's;
 * batch_linear_lhs (one input x): ``Y = linear(x, cat(w), cat(b))``, ``y_i = Y.narrow(-1, offset_i, out_i)``;
 * batch_layernorm: ``Y = addcmul(stack(b), layer_norm(stack(x), no affine), stack(w))`` with the stacked
@@ -19,7 +20,7 @@ batch_linear_post_grad), :mod:`.layer_norm`, and the rewrites of one op :mod:`.e
 lists them all under one name.
 
 The fused ops are pure ``Apply``/``Unary`` terms with a recipe the lowering emits (``torch.bmm``,
-``torch.baddbmm``, ``F.layer_norm``, ``torch.addcmul``, ...). The stacks are ``Cat`` of ``Unsqueeze``, so
+``linear.bmm_add``, ``torch.baddbmm``, ``F.layer_norm``, ``torch.addcmul``, ...). The stacks are ``Cat`` of ``Unsqueeze``, so
 the vertical rules turn a stack of slices of one tensor into a view when the group is saturated again.
 """
 

@@ -40,8 +40,9 @@ batch_linear = HorizontalPattern(
     doc="""Independent linears of equal shapes become one batched matmul.
 
     y_i = F.linear(x_i, w_i, b_i), i < n         (x_i: [B, k], w_i: [o, k], b_i: [o])
-        =>  Y = torch.baddbmm(stack(b).unsqueeze(1), stack(x), stack(w).permute(0, 2, 1)); y_i = Y[i]
-    (torch.bmm without bias; a split -> n linears -> cat becomes one baddbmm between views)
+        =>  Y = bmm_add(stack(b).unsqueeze(1), stack(x), stack(w).permute(0, 2, 1)); y_i = Y[i]
+    (bmm_add(b, x, w) = torch.bmm(x, w) + b, the add fused by Inductor into the readers; torch.baddbmm for
+    bf16/fp16; torch.bmm without bias; a split -> n linears -> cat becomes one bmm_add between views)
     """,
     group_key=b.linear_key,
     build=b.build_linear,
