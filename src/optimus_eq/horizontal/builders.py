@@ -20,8 +20,9 @@ and :mod:`.gemv`; :mod:`.recipes` holds what they share (recipes of new ops, bin
 dtype casts). This module lists them all under one name.
 
 The fused ops are pure ``Apply``/``Unary`` terms with a recipe the lowering emits (``torch.bmm``,
-``linear.bmm_add``, ``torch.baddbmm``, ``F.layer_norm``, ``torch.addcmul``, ...). The stacks are ``Cat`` of ``Unsqueeze``, so
-the vertical rules turn a stack of slices of one tensor into a view when the group is saturated again.
+``linear.bmm_add``, ``torch.baddbmm``, ``F.layer_norm``, ``torch.addcmul``, ...). The stacks are ``Cat`` of
+``Unsqueeze``, so the vertical rules turn a stack of slices of one tensor into a view when the group is
+saturated again.
 """
 
 from optimus_eq.horizontal.decompose_mm import (DECOMPOSE_MM_OPTIONS, build_decompose_mm, decompose_mm_key,
@@ -37,5 +38,5 @@ from optimus_eq.horizontal.recipes import UPCAST, bind, method, recipe, slot, sl
 __all__ = ["DECOMPOSE_MM_OPTIONS", "GEMV_DEVICES", "LAYER_NORM_PARAMS", "LINEAR_PARAMS", "RANDOM_OPS", "UPCAST",
            "aten_linear_key", "bind", "build_aten_linear", "build_decompose_mm", "build_einsum", "build_gemv",
            "build_layer_norm", "build_linear", "build_linear_lhs", "build_pointwise", "decompose_mm_key", "einsum_key",
-           "einsum_parts", "gemv_key", "layer_norm_key", "linear_key", "linear_lhs_key", "method", "mm_operands", "pointwise_key", "recipe", "should_decompose",
-           "slot", "slots", "sum_keeps_dtype", "to_type"]
+           "einsum_parts", "gemv_key", "layer_norm_key", "linear_key", "linear_lhs_key", "method", "mm_operands",
+           "pointwise_key", "recipe", "should_decompose", "slot", "slots", "sum_keeps_dtype", "to_type"]
