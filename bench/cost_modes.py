@@ -3,7 +3,7 @@
 For each model and mode (inference under ``torch.no_grad``, training step: forward + loss with grad) at a
 size preset (default ``gpu``), capture the dynamo graph on CPU and run eqsat with four cost models:
 ``launch`` / ``cudagraph`` execution x forward-only / training. Prints, per model: the batched ops the plan
-keeps (``baddbmm``/``bmm``: batch_linear; ``addcmul``: batch_layernorm; stacked pointwise), the plan's
+keeps (``bmm_add``/``baddbmm``/``bmm``: batch_linear; ``addcmul``: batch_layernorm; stacked pointwise), the plan's
 cost and the input graph's cost in that model, and the new model's price of the plan the H200 matrix ran
 (eqsat with the old model: launch, forward only), read by capturing that plan's graph again and pricing
 it as an input graph.
@@ -29,7 +29,7 @@ MODELS = {
     "cudagraph": GPUCostModel.cudagraph(training=False),
     "cudagraph+train": GPUCostModel.cudagraph(),
 }
-BATCHED = ("baddbmm", "bmm", "addcmul", "linear")
+BATCHED = ("baddbmm", "bmm", "bmm_add", "addcmul", "linear")
 
 
 def capture(fn, inputs, grad: bool):

@@ -36,7 +36,7 @@ def _linears(n: int, k: int, bias: bool = True, one_output: bool = False):
 
 
 def _batched(report) -> bool:
-    return report.ops_after.get("baddbmm", 0) + report.ops_after.get("bmm", 0) > 0
+    return sum(report.ops_after.get(k, 0) for k in ("baddbmm", "bmm", "bmm_add")) > 0
 
 
 # -- constants -----------------------------------------------------------------------------------------
@@ -313,8 +313,8 @@ def test_dhen_plans_follow_the_h200_measurements():
     cost_modes = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(cost_modes)
     rows = {(r["mode"], r["cost_model"]): r for r in cost_modes.run(["dhen"], "cpu")}
-    assert rows["inference", "cudagraph"]["batched"].get("baddbmm") == 2
+    assert rows["inference", "cudagraph"]["batched"].get("bmm_add") == 2
     train = rows["train", "cudagraph+train"]
-    assert train["training_priced"] and train["batched"].get("baddbmm") == 2
+    assert train["training_priced"] and train["batched"].get("bmm_add") == 2
     assert train["cost_plan_us"] < train["cost_input_us"]
-    assert rows["train", "launch+train"]["batched"].get("baddbmm") == 2
+    assert rows["train", "launch+train"]["batched"].get("bmm_add") == 2

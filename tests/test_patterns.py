@@ -438,8 +438,13 @@ CASES.update(HORIZONTAL_CASES)  # tests/horizontal_cases.py
 REGISTERED = [name for name, levels, _ in optimus_eq.list_patterns() if "pre_grad" in levels]
 
 
+#: patterns whose key takes GPU ops only (never fire on this CPU suite): their differential tests register
+#: them again with a key that accepts CPU, in their own file
+GPU_ONLY = {"decompose_gemv_pass": "tests/test_gemv.py"}
+
+
 def test_every_registered_pattern_has_a_case():
-    missing = [n for n in REGISTERED if n not in CASES]
+    missing = [n for n in REGISTERED if n not in CASES and n not in GPU_ONLY]
     assert not missing, f"registered patterns without a soundness case in tests/test_patterns.py: {missing}"
 
 

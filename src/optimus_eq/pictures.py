@@ -23,7 +23,7 @@ MAX_PICTURE_NODES = 400
 _FATE_COLOUR = {"removed": "#f4a6a6", "rewritten": "#f9d38c", "kept": "#ffffff", "opaque": "#d0d0d0"}
 _KIND_COLOUR = [  # after-picture colours by op kind
     (("split", "chunk", "unbind", "cat", "stack", "getitem"), "#f4a6a6"),
-    (("bmm", "baddbmm", "addcmul", "embedding_bag", "embedding"), "#a8e6a3"),
+    (("bmm", "bmm_add", "baddbmm", "addcmul", "embedding_bag", "embedding"), "#a8e6a3"),
     (("reshape", "view", "permute", "unsqueeze", "narrow", "select", "slice", "movedim", "unflatten",
       "expand", "transpose", "flatten", "squeeze"), "#cfe3f7"),
 ]

@@ -47,7 +47,7 @@ _KIND_OF_NAME = {
     "unbind": "unbind",
     "cat": "cat", "concat": "cat", "concatenate": "cat",
     "stack": "stack",
-    "linear": "linear", "mm": "linear", "addmm": "linear", "bmm": "linear", "baddbmm": "linear",
+    "linear": "linear", "mm": "linear", "addmm": "linear", "bmm": "linear", "baddbmm": "linear", "bmm_add": "linear",
     "matmul": "linear", "einsum": "linear",
     "layer_norm": "layer_norm", "native_layer_norm": "layer_norm",
 }

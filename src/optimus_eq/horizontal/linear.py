@@ -47,10 +47,34 @@ def _trains_weights(w, members, wt: int) -> bool:
     return False
 
 
+def bmm_add(bias: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
+    """``torch.bmm(mat1, mat2) + bias``: ``torch.baddbmm(bias, mat1, mat2)`` with the bias added after the
+    product instead of as the GEMM's ``beta`` term (mat1 ``[n, M, K]``, mat2 ``[n, K, N]``, bias
+    broadcastable to ``[n, M, N]``; result ``[n, M, N]``, the operands' dtype).
+
+    batch_linear's fused op for float32/float64 (:func:`build_linear`). On CUDA ``at::baddbmm`` copies the
+    broadcast bias into its output before the GEMM (one more kernel), and Inductor calls it as an extern
+    kernel whose bias it does not unfuse (it does so only for ``addmm``: post_grad.py,
+    ``unfuse_bias_add_to_pointwise``). Traced by AOTAutograd this is ``aten.bmm`` and ``aten.add``, and
+    Inductor fuses the add into the kernel that reads the output (the activation, a residual add): one
+    kernel per batched linear instead of two (issue 12). One FX call, so the cost model prices it as one
+    kernel, as it priced baddbmm (the add is fused away). Low-precision dtypes keep ``baddbmm``: rounding
+    the product before the add would round twice where eager's linear rounds once."""
+    return torch.bmm(mat1, mat2) + bias
+
+
+def _add_after_bmm(types) -> bool:
+    """True when batch_linear's fused op is :func:`bmm_add`: inputs and output of one dtype, float32 or
+    float64 (not autocast's mixed types, not bf16/fp16)."""
+    ins, out = types
+    return all(t == out for t in ins) and out[0] in ("torch.float32", "torch.float64")
+
+
 def build_linear(w, members) -> None:
-    """``Y^T = baddbmm(stack(b).unsqueeze(2), stack(w), stack(x).permute(0, 2, 1))`` (``bmm`` without
+    """``Y^T = bmm_add(stack(b).unsqueeze(2), stack(w), stack(x).permute(0, 2, 1))`` (``bmm`` without
     bias; x of rank > 2 flattened to ``[n, rows, in]``), ``y_i = Y^T.permute(0, 2, 1).select(0, i)``
-    (viewed back to x's leading dims).
+    (viewed back to x's leading dims). :func:`bmm_add` is ``bmm`` then a bias add that Inductor fuses into
+    the output's readers; bf16/fp16 and autocast's mixed types keep ``torch.baddbmm`` (see there).
 
     The weights are ``bmm``'s first operand, untransposed, so their gradient ``dY^T @ X`` (derivatives.yaml,
     ``bmm``: ``self: grad.bmm(mat2.transpose(1, 2))``) is a contiguous ``[n, out, in]`` whose slices have
@@ -60,7 +84,7 @@ def build_linear(w, members) -> None:
     contiguous layout from the lowering's stride fix (bridge/optimus_bridge/lower.py, ``_fix_strides``).
 
     That form is for graphs that train the weights (:func:`_trains_weights`); without a backward there is
-    no copy to save, so an inference graph gets ``Y = baddbmm(stack(b).unsqueeze(1), stack(x),
+    no copy to save, so an inference graph gets ``Y = bmm_add(stack(b).unsqueeze(1), stack(x),
     stack(w).permute(0, 2, 1))``, whose members are contiguous as eager's linears (no output clone, no
     strided reads).
     """
@@ -85,8 +109,11 @@ def build_linear(w, members) -> None:
         Y = w.apply(key, [lhs, rhs], shape)
     else:
         B = w.unsqueeze(B, bias_dim, shape[:bias_dim] + (1,) + shape[bias_dim + 1:])
-        B = expand_symbolic(w, B, shape, types[0][0])
-        key = w.key("baddbmm", recipe("baddbmm", torch.baddbmm, slots(3)), types)
+        if _add_after_bmm(types):
+            key = w.key("bmm_add", recipe("bmm_add", bmm_add, slots(3)), types)
+        else:
+            B = expand_symbolic(w, B, shape, types[0][0])
+            key = w.key("baddbmm", recipe("baddbmm", torch.baddbmm, slots(3)), types)
         Y = w.apply(key, [B, lhs, rhs], shape)
     if bias_dim == 2:
         Y = w.permute(Y, (0, 2, 1), (n, rows, out))

@@ -40,8 +40,9 @@ batch_linear = HorizontalPattern(
     doc="""Independent linears of equal shapes become one batched matmul.
 
     y_i = F.linear(x_i, w_i, b_i), i < n         (x_i: [B, k], w_i: [o, k], b_i: [o])
-        =>  Y = torch.baddbmm(stack(b).unsqueeze(1), stack(x), stack(w).permute(0, 2, 1)); y_i = Y[i]
-    (torch.bmm without bias; a split -> n linears -> cat becomes one baddbmm between views)
+        =>  Y = bmm_add(stack(b).unsqueeze(1), stack(x), stack(w).permute(0, 2, 1)); y_i = Y[i]
+    (bmm_add(b, x, w) = torch.bmm(x, w) + b, the add fused by Inductor into the readers; torch.baddbmm for
+    bf16/fp16; torch.bmm without bias; a split -> n linears -> cat becomes one bmm_add between views)
     """,
     group_key=b.linear_key,
     build=b.build_linear,
@@ -176,5 +177,25 @@ einsum_to_pointwise_pass = HorizontalPattern(
     options={"min_fuse_set_size": 1, "max_fuse_set_size": 1},
 )
 
+decompose_gemv_pass = HorizontalPattern(
+    name="decompose_gemv_pass",
+    levels=("pre_grad",),
+    doc="""On CUDA/XPU, a linear with one output feature (a matrix-vector product) becomes a multiply and a
+    sum, which Inductor fuses into the kernel that produced its input (ours, not upstream's: see
+    ``horizontal/gemv.py``; an extern addmm with one output column is two kernels on CUDA).
+
+    F.linear(x, w, b)        (x: [..., K], w: [1, K], b: [1]; float32/float64, bf16/fp16 in float32)
+        =>  torch.sum(x * w, -1, keepdim=True) + b
+
+    A rewrite of one op, run by the horizontal machinery with groups of one (greedy replaces it; in eqsat
+    the cost model decides, and it does not credit Inductor's fusion of the multiply and sum into the
+    producer, so it keeps the linear).
+    """,
+    group_key=b.gemv_key,
+    build=b.build_gemv,
+    options={"min_fuse_set_size": 1, "max_fuse_set_size": 1},
+)
+
 PATTERNS = (batch_linear_lhs, batch_linear, batch_layernorm, batch_tanh, batch_sigmoid, batch_relu,
-            batch_detach, batch_nan_to_num, batch_clamp, batch_dropout, einsum_to_pointwise_pass)
+            batch_detach, batch_nan_to_num, batch_clamp, batch_dropout, einsum_to_pointwise_pass,
+            decompose_gemv_pass)
