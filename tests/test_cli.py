@@ -124,7 +124,7 @@ def test_optimize_runs_both_strategies_checks_eager_and_writes_code(model_file, 
     assert "split(" in (out / "input.py").read_text()
     for s in ("greedy", "eqsat"):
         code = (out / f"{s}.py").read_text()
-        assert "split(" not in code and "bmm(" in code, code  # junk gone, the 4 linears batched
+        assert "split(" not in code and ("bmm(" in code or "bmm_add(" in code), code  # junk gone, the 4 linears batched
 
 
 def test_optimize_post_grad_training_step_checks_gradients(model_file, capsys):
