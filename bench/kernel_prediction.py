@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -37,12 +38,14 @@ from optimus_eq import kernels as kernel_counter
 
 def outside_kernels(mode: str, optimizer: str, device: str) -> int:
     """ATen kernels one iteration runs outside the compiled graphs: in a training step, ``backward()``'s
-    seed (``ones_like`` of the loss) and the optimizer's step (fused Adam: one ``_fused_adam_`` per
-    device and dtype; the bench's other optimizers are not modelled); nothing in inference."""
+    seed (``ones_like`` of the loss) and the optimizer's step (fused Adam on CPU: ``_foreach_add_`` of
+    the step counts, ``_fused_adam_``, ``zeros``; the bench's other optimizers are not modelled);
+    nothing in inference."""
     if mode != "train":
         return 0
     spec = OPTIMIZERS.get(optimizer)
-    opt = 0 if spec is None else (1 if spec[1].get("fused") else 0)
+    # fused Adam's step on CPU, as profiled: _foreach_add_ (the step counts), _fused_adam_, zeros
+    opt = 0 if spec is None else (3 if spec[1].get("fused") else 0)
     return 1 + opt
 
 
@@ -61,6 +64,8 @@ def _split_counter(device: str):
         inside = [e for e in events if e.cpu_parent is not None
                   and e.cpu_parent.name.startswith(kernel_counter._COMPILED_GRAPH)]
         last["inside"] = len(inside)
+        last["inside_names"] = sorted(e.name.split("_cpp_fused_")[-1] if "cpp_fused" in e.name else e.name
+                                      for e in inside)
         last["outside_names"] = sorted(e.name for e in events if e not in inside)
         return {"kernels": len(events)}
     return count, last
@@ -111,10 +116,10 @@ def measure_cells(models, modes, strategies, device, size, out: Path, rows: list
                     row = {"model": model, "mode": mode, "strategy": strat.name, "status": res["status"],
                            "error": res.get("error"), "measured": res.get("kernels"),
                            "measured_inside": last.get("inside"), "outside_names": last.get("outside_names"),
-                           "graphs": len(captured), "measure_s": round(time.time() - t0, 1)}
+                           "inside_names": last.get("inside_names"), "graphs": len(captured), "measure_s": round(time.time() - t0, 1)}
                     rows[:] = [r for r in rows if (r["model"], r["mode"], r["strategy"]) != (model, mode, strat.name)]
                     rows.append(row)
-                    print(json.dumps({k: v for k, v in row.items() if k != "outside_names"}), flush=True)
+                    print(json.dumps({k: v for k, v in row.items() if not k.endswith("_names")}), flush=True)
                     _write(out, device, size, rows)
     finally:
         cfx.compile_fx = real
@@ -149,6 +154,9 @@ def predict_cells(rows: list[dict], device: str, size: str) -> list[dict]:
                 for gm, inputs in captured:
                     p = predict_module(gm, inputs, device, training=(mode == "train"))
                     pred = p if pred is None else pred + p
+                if os.environ.get("KP_GROUPS"):
+                    for g in pred.groups:
+                        print("   group:", " ".join(g))
                 row["predicted_graphs"] = len(captured)
                 row["predicted_inside"] = pred.kernels if pred else 0
                 row["predicted_fused"] = pred.fused if pred else 0

@@ -119,14 +119,17 @@ def _numel(v) -> int:
 
 
 def _dim0(v) -> int:
-    """The outermost loop's size: the leading dimension of ``v`` (1 for a scalar)."""
+    """The outermost loop's size: the first dimension of ``v`` above 1 (Inductor drops loops of size 1;
+    a reduction's output keeps its outer loops), 1 for a scalar."""
     if isinstance(v, (tuple, list)):
         v = next((x for x in v if isinstance(x, torch.Tensor)), None)
-    if isinstance(v, torch.Tensor) and v.dim() > 0:
-        try:
-            return int(v.shape[0])
-        except (TypeError, ValueError):
-            return 1
+    if isinstance(v, torch.Tensor):
+        for s in v.shape:
+            try:
+                if int(s) > 1:
+                    return int(s)
+            except (TypeError, ValueError):
+                return 1
     return 1
 
 
@@ -244,11 +247,12 @@ def predict(gm: torch.fx.GraphModule, device: str = "cpu") -> KernelPrediction:
     producer: dict[torch.fx.Node, _Sched] = {}  # realized node -> its scheduler node
     extern = 0
     cat_copy_inputs: set[torch.fx.Node] = set()
+    cat_writers: dict[torch.fx.Node, list[_Sched]] = {}
 
     def buf_reads(a) -> frozenset:
         b = base(a)
         if realized.get(b, True):
-            return frozenset([b])
+            return frozenset([(b, a)])
         return reads[b]
 
     def add(n, k, key, r):
@@ -279,18 +283,21 @@ def predict(gm: torch.fx.GraphModule, device: str = "cpu") -> KernelPrediction:
                 pointwise_cat[n] = True
                 k = "pointwise"
             else:
+                writers = []
                 for a, b in zip(args, ins):
                     if kind[b] == "pointwise" and not realized.get(b, False) and b not in cat_copy_inputs:
                         _realize(b, realized, reads, readers, producer, sched, add, n)
+                        writers.append(producer[b])
                     else:  # a buffer already: copied into its slice by a pointwise node
-                        add_copy = _Sched(len(sched), f"{n.name}_copy_{b.name}", "pointwise",
-                                          ("p", _numel(_val(a)), _dim0(_val(a))), frozenset([b]), None)
-                        sched.append(add_copy)
+                        copy_node = _Sched(len(sched), f"{n.name}_copy_{b.name}", "pointwise",
+                                           ("p", _numel(_val(a)), _dim0(_val(a))), buf_reads(a), None)
+                        sched.append(copy_node)
+                        writers.append(copy_node)
                     cat_copy_inputs.add(b)
                 realized[n] = True
                 # the cat buffer is written by its inputs' nodes: a reader depends on all of them
                 producer[n] = None
-                reads[n] = frozenset(ins)
+                cat_writers[n] = writers
                 continue
         my_reads = frozenset().union(*[buf_reads(a) for a in args]) if args else frozenset()
         my_heavy = any(heavy.get(base(a), False) for a in args if not realized.get(base(a), True))
@@ -306,14 +313,14 @@ def predict(gm: torch.fx.GraphModule, device: str = "cpu") -> KernelPrediction:
                 k = "pointwise"
             else:
                 realized[n] = True
-                add(n, "reduction", ("r", out_n, r, _dim0(_val(big))), my_reads)
+                add(n, "reduction", ("r", out_n, r, _dim0(_val(n))), my_reads)
                 continue
         # pointwise: realized now or left to be inlined (decided when a reader needs it, or below)
         users = {id(u) for u in readers[n]}
         if n in to_output:
             realized[n] = False
             _realize(n, realized, reads, readers, producer, sched, add, None)
-        elif len(users) > 1 and (len(my_reads) > REALIZE_READS_THRESHOLD or (cpu and my_heavy)):
+        elif len(users) > 1 and (len({b for b, _ in my_reads}) > REALIZE_READS_THRESHOLD or (cpu and my_heavy)):
             realized[n] = False
             _realize(n, realized, reads, readers, producer, sched, add, None)
         else:
@@ -323,22 +330,19 @@ def predict(gm: torch.fx.GraphModule, device: str = "cpu") -> KernelPrediction:
     def producers_of(b, seen=None):
         if b in producer and producer[b] is not None:
             return [producer[b]]
-        if kind.get(b) == "cat" and b in reads:
-            out = []
-            for x in reads[b]:
-                out.extend(producers_of(x))
-            return out
-        return []
+        return cat_writers.get(b, [])
 
     deps: list[set[int]] = []
     for s in sched:
         d = set()
-        for b in s.reads:
+        for b, _view in s.reads:
             for p in producers_of(b):
                 if p.id != s.id:
                     d.add(p.id)
         deps.append(d)
-    return _fuse(sched, deps, cpu, extern, kind)
+    # the nodes that write one cat buffer share it (their writes are slices of one buffer)
+    writes = {w.id: cat for cat, ws in cat_writers.items() for w in ws}
+    return _fuse(sched, deps, cpu, extern, writes)
 
 
 def _realize(b, realized, reads, readers, producer, sched, add, by) -> None:
@@ -351,8 +355,8 @@ def _realize(b, realized, reads, readers, producer, sched, add, by) -> None:
 
 
 def _compatible(a: tuple, b: tuple, vertical: bool, cpu: bool) -> bool:
-    """Whether fused nodes of loop groups ``a`` and ``b`` may fuse (``vertical``: one depends on the
-    other). Groups: ``("p", numel, outer)`` or ``("r", n, r, outer)``, ``outer`` the outermost loop's size."""
+    """Whether fused nodes of loop groups ``a`` and ``b`` may fuse (``vertical``: ``b`` depends on ``a``).
+    Groups: ``("p", numel, outer)`` or ``("r", n, r, outer)``, ``outer`` the outermost loop's size."""
     if a == b:
         return True
     if cpu and vertical and a[-1] == b[-1] and a[-1] > 1:
@@ -361,14 +365,14 @@ def _compatible(a: tuple, b: tuple, vertical: bool, cpu: bool) -> bool:
         return a[1] == b[1]
     if a[0] == "r" and b[0] == "r":
         return a[1:3] == b[1:3]
-    p, r = (a, b) if a[0] == "p" else (b, a)
-    if p[1] == r[1] * r[2]:
-        return True
-    # a reduction's reader over its output elements (CUDA: the reduction's epilogue)
-    return p[1] == r[1] and not cpu
+    if a[0] == "p":  # a pointwise producer (or sibling) of a reduction over as many elements
+        return a[1] == b[1] * b[2]
+    # a reduction then a pointwise node: CPU only over a common outer loop (above); CUDA over the
+    # reduction's elements (persistent reduction) or its outputs (epilogue)
+    return not cpu and b[1] in (a[1] * a[2], a[1])
 
 
-def _fuse(sched: list[_Sched], deps: list[set[int]], cpu: bool, extern: int, kind) -> KernelPrediction:
+def _fuse(sched: list[_Sched], deps: list[set[int]], cpu: bool, extern: int, writes: dict) -> KernelPrediction:
     n = len(sched)
     parent = list(range(n))
 
@@ -417,7 +421,8 @@ def _fuse(sched: list[_Sched], deps: list[set[int]], cpu: bool, extern: int, kin
             return False
         if cpu and not vertical and size > CPP_MAX_HORIZONTAL_FUSION_SIZE:
             return False
-        if not _compatible(group_key(ga), group_key(gb), vertical, cpu):
+        if not (_compatible(group_key(ga), group_key(gb), vertical, cpu)
+                or (not vertical and _compatible(group_key(gb), group_key(ga), False, cpu))):
             return False
         # all members of one reduction group must share it
         ra = {key[m] for m in members[ga] if key[m][0] == "r"}
@@ -444,22 +449,38 @@ def _fuse(sched: list[_Sched], deps: list[set[int]], cpu: bool, extern: int, kin
 
     # candidate pairs: producer -> reader first (vertical), then readers of one buffer (horizontal)
     vertical = [(j, i) for i, d in enumerate(deps) for j in sorted(d)]
-    shared: dict[object, list[int]] = {}
+    # readers of one view of a buffer share memory deps (Scheduler.score_fusion_memory); readers of
+    # different views of one buffer (split pieces) only count when neither is a reduction
+    # (_can_use_buffer_overlap_scoring)
+    exact: dict[object, list[int]] = {}
+    overlap: dict[object, list[int]] = {}
     for s in sched:
         if not fusable[s.id]:
             continue
-        for b in s.reads:
-            v = _val(b)
-            if _numel(v) * _itemsize(v) >= SCORE_FUSION_MEMORY_THRESHOLD:
-                shared.setdefault(b, []).append(s.id)
-    horizontal = [(ids[k], ids[k + 1]) for ids in shared.values() for k in range(len(ids) - 1)]
+        for b, v in s.reads:
+            val = _val(v) if isinstance(v, torch.fx.Node) else None
+            if _numel(val) * _itemsize(val) >= SCORE_FUSION_MEMORY_THRESHOLD:
+                exact.setdefault((b, v), []).append(s.id)
+                overlap.setdefault(b, []).append(s.id)
+    for i, cat in writes.items():
+        if fusable[i]:
+            overlap.setdefault(("write", cat), []).append(i)
+    horizontal = [(ids[k], ids[k + 1], True) for ids in exact.values() for k in range(len(ids) - 1)]
+    horizontal += [(ids[k], ids[k + 1], False) for ids in overlap.values() for k in range(len(ids) - 1)]
+
+    def has_reduction(g):
+        return any(key[m][0] == "r" for m in members[g])
+
     for _round in range(10):
         changed = False
         for a, b in vertical:
             changed |= try_union(a, b, True)
-        for a, b in horizontal:
-            dep = find(a) in pred.get(find(b), ()) or find(b) in pred.get(find(a), ())
-            changed |= try_union(a, b, dep)
+        for a, b, same_view in horizontal:
+            if not same_view and (has_reduction(find(a)) or has_reduction(find(b))):
+                continue
+            if find(b) in pred.get(find(a), ()):
+                a, b = b, a
+            changed |= try_union(a, b, find(a) in pred.get(find(b), ()))
         if not changed:
             break
     groups = {}
