@@ -465,8 +465,10 @@ def _fuse(sched: list[_Sched], deps: list[set[int]], cpu: bool, extern: int, wri
     for i, cat in writes.items():
         if fusable[i]:
             overlap.setdefault(("write", cat), []).append(i)
-    horizontal = [(ids[k], ids[k + 1], True) for ids in exact.values() for k in range(len(ids) - 1)]
-    horizontal += [(ids[k], ids[k + 1], False) for ids in overlap.values() for k in range(len(ids) - 1)]
+    # pairs within each buffer's readers, as Scheduler.get_possible_fusions tries them (at most
+    # max_fusion_buffer_group_pairwise_attempts = 64 nodes apart)
+    horizontal = [(ids[i], ids[j], same) for groups, same in ((exact, True), (overlap, False))
+                  for ids in groups.values() for i in range(len(ids)) for j in range(i + 1, min(len(ids), i + 65))]
 
     def has_reduction(g):
         return any(key[m][0] == "r" for m in members[g])
@@ -491,31 +493,41 @@ def _fuse(sched: list[_Sched], deps: list[set[int]], cpu: bool, extern: int, wri
 
 
 def aten_graphs(gm: torch.fx.GraphModule, example_inputs, training: bool | None = None) -> list[torch.fx.GraphModule]:
-    """The Aten-IR graphs Inductor would get for the Torch-IR graph ``gm``: AOTAutograd with Inductor's
-    decomposition table and its partitioner (``min_cut_rematerialization_partition``), traced on
+    """The Aten-IR graphs Inductor would lower for the Torch-IR graph ``gm``: AOTAutograd with Inductor's
+    decomposition table, its joint-graph passes and partitioner (``compile_fx.partition_fn``: pattern
+    rewrites such as attention fusion, then ``min_cut_rematerialization_partition``) and its post-grad
+    passes (no Inductor lowering or code generation), traced on
     ``example_inputs`` (real or fake tensors; nothing is compiled, the graphs run once to reach the
     backward). Returns ``[forward]`` or, when an output requires grad (``training`` not False),
     ``[forward, backward]``.
     """
     import copy
-    import functools
 
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.aot_autograd import make_boxed_func
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
     from torch._inductor.decomposition import select_decomp_table
+
+    from torch._guards import detect_fake_mode
+    from torch._inductor import compile_fx as inductor_compile
+    from torch._inductor.virtualized import V
 
     graphs: dict[str, torch.fx.GraphModule] = {}
 
-    def grab(name):
+    def grab(name, inference=False):
         def compiler(g, inputs):
-            graphs[name] = copy.copy(g)
+            if inference:  # what Inductor's inference compiler runs first
+                g = inductor_compile._recursive_joint_graph_passes(g)
+            g = copy.copy(g)
+            # Inductor's post-grad passes (pattern rewrites, no-op removal) on the graph it lowers
+            with V.set_fake_mode(detect_fake_mode(inputs) or torch._subclasses.FakeTensorMode()):
+                inductor_compile._recursive_post_grad_passes(g, is_inference=inference)
+            graphs[name] = g
             return make_boxed_func(g.forward)
         return compiler
 
     backend = aot_autograd(fw_compiler=grab("forward"), bw_compiler=grab("backward"),
-                           inference_compiler=grab("forward"), decompositions=select_decomp_table(),
-                           partition_fn=functools.partial(min_cut_rematerialization_partition, compiler="inductor"))
+                           inference_compiler=grab("forward", True), decompositions=select_decomp_table(),
+                           partition_fn=inductor_compile.partition_fn)
     gm = copy.deepcopy(gm)
     with torch.enable_grad() if training else torch.no_grad():
         fn = backend(gm, list(example_inputs))
