@@ -310,7 +310,11 @@ def predict(gm: torch.fx.GraphModule, device: str = "cpu") -> KernelPrediction:
             in_n = _numel(_val(big)) if big is not None else out_n
             r = in_n // max(out_n, 1)
             if r <= UNROLL_REDUCTIONS_THRESHOLD:
-                k = "pointwise"
+                # unrolled into a pointwise node over the outputs; it still fuses like the reduction it
+                # computes (its reads are r elements apart per output)
+                realized[n] = True
+                add(n, "pointwise", ("u", out_n, r, _dim0(_val(n))), my_reads)
+                continue
             else:
                 realized[n] = True
                 add(n, "reduction", ("r", out_n, r, _dim0(_val(n))), my_reads)
@@ -359,9 +363,15 @@ def _compatible(a: tuple, b: tuple, vertical: bool, cpu: bool) -> bool:
     Groups: ``("p", numel, outer)`` or ``("r", n, r, outer)``, ``outer`` the outermost loop's size."""
     if a == b:
         return True
+    if a[0] == "u" or b[0] == "u":  # an unrolled reduction: pointwise over n, or a reduction of n x r
+        u, o = (a, b) if a[0] == "u" else (b, a)
+        if o[0] in "ur" and o[1:3] == u[1:3]:
+            return True
+        if o[0] == "p" and o[1] in (u[1], u[1] * u[2]):
+            return True
     if cpu and vertical and a[-1] == b[-1] and a[-1] > 1:
         return True  # outer-loop fusion (CppScheduling.can_fuse_vertical_outer_loop)
-    if a[0] == "p" and b[0] == "p":
+    if a[0] in "pu" and b[0] in "pu":
         return a[1] == b[1]
     if a[0] == "r" and b[0] == "r":
         return a[1:3] == b[1:3]
@@ -409,7 +419,7 @@ def _fuse(sched: list[_Sched], deps: list[set[int]], cpu: bool, extern: int, wri
 
     def group_key(g):
         ks = [key[m] for m in members[g]]
-        red = [k for k in ks if k[0] == "r"]
+        red = [k for k in ks if k[0] == "r"] or [k for k in ks if k[0] == "u"]
         return red[0] if red else ks[0]
 
     def try_union(a, b, vertical):
