@@ -90,8 +90,11 @@ def _recorder(captured: list, compile_too: bool):
     return real, compile_fx
 
 
-def measure_cells(models, modes, strategies, device, size, out: Path, rows: list[dict]) -> list[dict]:
-    """Compile and count every cell (the expensive part): ``measured``, ``measured_inside``, ``status``."""
+def measure_cells(models, modes, strategies, device, size, out: Path, rows: list[dict],
+                  budget_s: float | None = None) -> list[dict]:
+    """Compile and count every cell (the expensive part): ``measured``, ``measured_inside``, ``status``.
+    No new cell starts after ``budget_s`` seconds (a later run with the same ``out`` goes on from there)."""
+    start = time.time()
     import torch._inductor.compile_fx as cfx
 
     captured: list = []
@@ -109,6 +112,9 @@ def measure_cells(models, modes, strategies, device, size, out: Path, rows: list
                 case = build(model, size, device=device)
                 ref = measure.reference(case, mode)
                 for strat in todo:
+                    if budget_s is not None and time.time() - start > budget_s:
+                        print(f"budget of {budget_s:g} s spent: stopping before {model} {mode} {strat.name}")
+                        return rows
                     captured.clear()
                     last.clear()
                     t0 = time.time()
@@ -221,11 +227,12 @@ def main(argv=None) -> int:
     ap.add_argument("--phase", choices=["both", "measure", "predict"], default="both",
                     help="measure: compile and count (kept in OUT/results.json, cells already there are skipped); "
                          "predict: predict the cells of OUT/results.json again (no Inductor compile)")
+    ap.add_argument("--budget", type=float, default=None, help="seconds after which no new cell is measured")
     a = ap.parse_args(argv)
     path = a.out / "results.json"
     rows = json.loads(path.read_text())["rows"] if path.exists() else []
     if a.phase in ("both", "measure"):
-        measure_cells(a.models, a.modes, a.strategies, a.device, a.size, a.out, rows)
+        measure_cells(a.models, a.modes, a.strategies, a.device, a.size, a.out, rows, a.budget)
     if a.phase in ("both", "predict"):
         keep = [r for r in rows if r["model"] in a.models and r["mode"] in a.modes]
         predict_cells(keep, a.device, a.size)
