@@ -1,0 +1,246 @@
+"""Predicted against measured kernels per iteration, per bench model, mode and strategy (issue 15, item 1).
+
+Each cell compiles the model with the bench's strategy (``optimus_bench.measure.run_cell``: one compiled
+first call checked against eager, then kernels counted with the bench's own profiler counter,
+``optimus_eq.kernels.count_kernels``), records every graph handed to Inductor's ``compile_fx`` (after
+optimus_eq's rewrite and parameter packing: exactly what Inductor compiles) and predicts its kernels with
+:func:`optimus_bridge.inductor_kernels.predict_module` (no Inductor involved). The measured count is split
+into kernels inside compiled graphs and ATen ops outside them (the loss seed of ``backward()``, the
+optimizer step, AccumulateGrad copies), predicted by :func:`outside_kernels`.
+
+    PYTHONPATH=src:bridge:bench python bench/kernel_prediction.py --device cpu --out DIR \\
+        [--models dhen ...] [--modes inference train] [--strategies inductor none greedy eqsat]
+
+Writes ``DIR/results.json`` after every cell and ``DIR/results.md`` (the error table) at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from optimus_bench import measure
+from optimus_bench.models import MODELS, build
+from optimus_bench.models.base import OPTIMIZERS
+from optimus_bench.strategies import resolve
+from optimus_bridge.inductor_kernels import predict_module
+from optimus_eq import kernels as kernel_counter
+
+
+def outside_kernels(mode: str, optimizer: str, device: str) -> int:
+    """ATen kernels one iteration runs outside the compiled graphs: in a training step, ``backward()``'s
+    seed (``ones_like`` of the loss) and the optimizer's step (fused Adam on CPU: ``_foreach_add_`` of
+    the step counts, ``_fused_adam_``, ``zeros``; the bench's other optimizers are not modelled);
+    nothing in inference."""
+    if mode != "train":
+        return 0
+    spec = OPTIMIZERS.get(optimizer)
+    # fused Adam's step on CPU, as profiled: _foreach_add_ (the step counts), _fused_adam_, zeros
+    opt = 0 if spec is None else (3 if spec[1].get("fused") else 0)
+    return 1 + opt
+
+
+def _split_counter(device: str):
+    """A ``count_kernels`` that also records how many counted CPU events ran inside compiled graphs."""
+    last = {}
+
+    def count(step, dev):
+        from torch.profiler import ProfilerActivity, profile
+
+        if dev != "cpu":
+            return kernel_counter.count_kernels(step, dev)
+        with kernel_counter._without_kineto_noise(), profile(activities=[ProfilerActivity.CPU]) as prof:
+            step()
+        events = [e for e in prof.events() if kernel_counter._is_cpu_kernel(e)]
+        inside = [e for e in events if e.cpu_parent is not None
+                  and e.cpu_parent.name.startswith(kernel_counter._COMPILED_GRAPH)]
+        last["inside"] = len(inside)
+        last["inside_names"] = sorted(e.name.split("_cpp_fused_")[-1] if "cpp_fused" in e.name else e.name
+                                      for e in inside)
+        last["outside_names"] = sorted(e.name for e in events if e not in inside)
+        return {"kernels": len(events)}
+    return count, last
+
+
+def _recorder(captured: list, compile_too: bool):
+    """A stand-in for Inductor's ``compile_fx`` that records ``(graph, example_inputs)`` of each graph
+    handed to it (a copy taken before Inductor's own passes change it); with ``compile_too`` it then
+    compiles for real (a graph is recorded only when that succeeds), without, it runs the graph as is."""
+    import torch._inductor.compile_fx as cfx
+
+    real = cfx.compile_fx
+
+    def compile_fx(gm, example_inputs, *args, **kwargs):
+        snapshot = (copy.deepcopy(gm), list(example_inputs))
+        if not compile_too:
+            captured.append(snapshot)
+            return gm.forward
+        out = real(gm, example_inputs, *args, **kwargs)
+        captured.append(snapshot)
+        return out
+    return real, compile_fx
+
+
+def measure_cells(models, modes, strategies, device, size, out: Path, rows: list[dict],
+                  budget_s: float | None = None) -> list[dict]:
+    """Compile and count every cell (the expensive part): ``measured``, ``measured_inside``, ``status``.
+    No new cell starts after ``budget_s`` seconds (a later run with the same ``out`` goes on from there)."""
+    start = time.time()
+    import torch._inductor.compile_fx as cfx
+
+    captured: list = []
+    real, recording = _recorder(captured, True)
+    counter, last = _split_counter(device)
+    measure.count_kernels = counter
+    cfx.compile_fx = recording
+    done = {(r["model"], r["mode"], r["strategy"]) for r in rows if r.get("measured") is not None}
+    try:
+        for model in models:
+            for mode in modes:
+                todo = [s for s in resolve(strategies) if (model, mode, s.name) not in done]
+                if not todo:
+                    continue
+                case = build(model, size, device=device)
+                ref = measure.reference(case, mode)
+                for strat in todo:
+                    if budget_s is not None and time.time() - start > budget_s:
+                        print(f"budget of {budget_s:g} s spent: stopping before {model} {mode} {strat.name}")
+                        return rows
+                    captured.clear()
+                    last.clear()
+                    t0 = time.time()
+                    res = measure.run_cell(case, mode, strat, device, ref, iters=1, warmup=1, fresh_cache=False)
+                    row = {"model": model, "mode": mode, "strategy": strat.name, "status": res["status"],
+                           "error": res.get("error"), "measured": res.get("kernels"),
+                           "measured_inside": last.get("inside"), "outside_names": last.get("outside_names"),
+                           "inside_names": last.get("inside_names"), "graphs": len(captured), "measure_s": round(time.time() - t0, 1)}
+                    rows[:] = [r for r in rows if (r["model"], r["mode"], r["strategy"]) != (model, mode, strat.name)]
+                    rows.append(row)
+                    print(json.dumps({k: v for k, v in row.items() if not k.endswith("_names")}), flush=True)
+                    _write(out, device, size, rows)
+    finally:
+        cfx.compile_fx = real
+    return rows
+
+
+def predict_cells(rows: list[dict], device: str, size: str) -> list[dict]:
+    """Predict every measured cell: trace it with the strategy's backend, Inductor's ``compile_fx``
+    replaced by a recorder (no kernel compiled), and predict each recorded graph."""
+    import torch._inductor.compile_fx as cfx
+
+    captured: list = []
+    real, recording = _recorder(captured, False)
+    cfx.compile_fx = recording
+    cases: dict = {}
+    try:
+        for row in rows:
+            model, mode = row["model"], row["mode"]
+            if (model, mode) not in cases:
+                cases = {(model, mode): build(model, size, device=device)}
+            case = cases[(model, mode)]
+            strat = resolve([row["strategy"]])[0]
+            captured.clear()
+            t0 = time.time()
+            try:
+                torch._dynamo.reset()
+                module = measure._prepare(case, mode)
+                fn = strat.compile(module)
+                step = measure._step_fn(module, fn, case, mode, False)
+                step()
+                pred = None
+                for gm, inputs in captured:
+                    p = predict_module(gm, inputs, device, training=(mode == "train"))
+                    pred = p if pred is None else pred + p
+                if os.environ.get("KP_GROUPS"):
+                    for g in pred.groups:
+                        print("   group:", " ".join(g))
+                row["predicted_graphs"] = len(captured)
+                row["predicted_inside"] = pred.kernels if pred else 0
+                row["predicted_fused"] = pred.fused if pred else 0
+                row["predicted_extern"] = pred.extern if pred else 0
+                row["predicted_outside"] = outside_kernels(mode, case.optimizer, device)
+                row["predicted"] = row["predicted_inside"] + row["predicted_outside"]
+                row.pop("predict_error", None)
+            except Exception as exc:  # a prediction failure is recorded, the table goes on
+                row["predict_error"] = f"{type(exc).__name__}: {exc}"
+            finally:
+                torch._dynamo.reset()
+            if row.get("measured") and row.get("predicted") is not None:
+                row["error_pct"] = 100.0 * (row["predicted"] - row["measured"]) / row["measured"]
+            row["predict_s"] = round(time.time() - t0, 1)
+            print(json.dumps({k: row.get(k) for k in ("model", "mode", "strategy", "measured", "measured_inside",
+                                                      "predicted", "error_pct", "predict_error")}), flush=True)
+    finally:
+        cfx.compile_fx = real
+    return rows
+
+
+def _write(out: Path, device: str, size: str, rows: list[dict]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(_meta(device, size) | {"rows": rows}, indent=1))
+
+
+def _meta(device: str, size: str) -> dict:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        commit = None
+    gpu = torch.cuda.get_device_name() if device == "cuda" and torch.cuda.is_available() else None
+    return {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "torch": torch.__version__,
+            "device": device, "gpu": gpu, "machine": platform.machine(), "size": size, "commit": commit}
+
+
+def table(rows: list[dict]) -> str:
+    """The error table in markdown: one row per cell, the largest absolute error last."""
+    lines = ["| model | mode | strategy | measured | inside graphs | predicted | predicted inside (fused + extern) | error |",
+             "|---|---|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        err = f"{r['error_pct']:+.1f}%" if "error_pct" in r else (r.get("predict_error") or r.get("error") or "")
+        lines.append(f"| {r['model']} | {r['mode']} | {r['strategy']} | {r.get('measured')} | "
+                     f"{r.get('measured_inside')} | {r.get('predicted')} | {r.get('predicted_inside')} "
+                     f"({r.get('predicted_fused')} + {r.get('predicted_extern')}) | {err} |")
+    errs = [abs(r["error_pct"]) for r in rows if "error_pct" in r]
+    if errs:
+        lines.append("")
+        lines.append(f"{len(errs)} cells; max |error| {max(errs):.1f}%, mean {sum(errs) / len(errs):.1f}%, "
+                     f"within 10%: {sum(e <= 10 for e in errs)}/{len(errs)}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--size", default="cpu", help="model size preset (cpu or gpu)")
+    ap.add_argument("--models", nargs="+", default=list(MODELS))
+    ap.add_argument("--modes", nargs="+", default=list(measure.MODES))
+    ap.add_argument("--strategies", nargs="+", default=["inductor", "none", "greedy", "eqsat"])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--phase", choices=["both", "measure", "predict"], default="both",
+                    help="measure: compile and count (kept in OUT/results.json, cells already there are skipped); "
+                         "predict: predict the cells of OUT/results.json again (no Inductor compile)")
+    ap.add_argument("--budget", type=float, default=None, help="seconds after which no new cell is measured")
+    a = ap.parse_args(argv)
+    path = a.out / "results.json"
+    rows = json.loads(path.read_text())["rows"] if path.exists() else []
+    if a.phase in ("both", "measure"):
+        measure_cells(a.models, a.modes, a.strategies, a.device, a.size, a.out, rows, a.budget)
+    if a.phase in ("both", "predict"):
+        keep = [r for r in rows if r["model"] in a.models and r["mode"] in a.modes]
+        predict_cells(keep, a.device, a.size)
+        _write(a.out, a.device, a.size, rows)
+        (a.out / "results.md").write_text(table(rows))
+        print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""The kernel predictor (optimus_bridge.inductor_kernels) against Inductor.
+
+The fast tests check single rules on small graphs traced with AOTAutograd (no Inductor compile); the slow
+ones compile bench models and small programs with Inductor on CPU and compare the predicted kernel count
+with the one the bench's profiler counter measures (issue 15: within 10%).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from optimus_bridge.inductor_kernels import KernelPrediction, aten_graphs, predict, predict_module
+
+
+def _graphs(fn, *inputs):
+    """The Torch-IR graph dynamo captures for ``fn`` and its example inputs."""
+    got = []
+
+    def capture(gm, example_inputs):
+        got.append((gm, example_inputs))
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch.compile(fn, backend=capture)(*inputs)
+    torch._dynamo.reset()
+    assert len(got) == 1
+    return got[0]
+
+
+def _predict(fn, *inputs, device="cpu", training=False) -> KernelPrediction:
+    gm, ex = _graphs(fn, *inputs)
+    return predict_module(gm, ex, device, training=training)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_a_pointwise_chain_is_one_kernel_and_views_are_free(device):
+    x = torch.randn(16, 32)
+    p = _predict(lambda x: torch.relu(x * 2 + 1).view(32, 16).t().sigmoid(), x, device=device)
+    assert (p.fused, p.extern) == (1, 0)
+    p = _predict(lambda x: x.view(32, 16).permute(1, 0), x, device=device)
+    assert p.kernels == 0
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_linear_is_an_extern_call_and_its_epilogue_one_kernel(device):
+    lin = torch.nn.Linear(32, 32)
+    with torch.no_grad():
+        p = _predict(lambda x: torch.tanh(lin(x)) * 3, torch.randn(16, 32), device=device)
+    assert (p.fused, p.extern) == (1, 1)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_layer_norm_forward_is_one_reduction_kernel(device):
+    ln = torch.nn.LayerNorm(64)
+    with torch.no_grad():
+        p = _predict(lambda x: torch.relu(ln(x)), torch.randn(16, 64), device=device)
+    assert (p.fused, p.extern) == (1, 0)
+
+
+def test_a_reduction_that_cannot_fuse_with_its_producer_s_group_is_its_own_kernel():
+    # a sum over rows after a sum over columns: two reduction groups of different shapes
+    p = _predict(lambda x: x.sum(1, keepdim=True).exp() + x.sum(0), torch.randn(64, 48))
+    assert p.fused == 2 and p.extern == 0
+
+
+def test_cpu_cat_of_extern_outputs_copies_in_one_kernel_with_its_reader():
+    w = torch.randn(8, 8)
+    p = _predict(lambda x: torch.cat([t @ w for t in x.split(8, 1)], 1) + x, torch.randn(16, 32))
+    assert p.extern == 4
+    assert p.fused == 1  # the four copies and the add: one outer loop over 16 rows
+
+
+def test_training_predicts_a_backward_graph():
+    lin = torch.nn.Linear(16, 16)
+    gm, ex = _graphs(lambda x: torch.relu(lin(x)).sum(), torch.randn(8, 16, requires_grad=True))
+    graphs = aten_graphs(gm, ex, training=True)
+    assert len(graphs) == 2
+    bwd = predict(graphs[1], "cpu")
+    assert bwd.extern == 2  # grad of the weight (mm) and of the input (mm); the bias's is a reduction
+
+
+def test_bad_device_is_refused():
+    gm, ex = _graphs(lambda x: x + 1, torch.randn(4))
+    with pytest.raises(ValueError, match="device"):
+        predict(aten_graphs(gm, ex)[0], "tpu")
+
+
+def _count_inside(step) -> int:
+    """Kernels one call runs inside compiled graphs (the bench's CPU counter, outside ops left out)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from optimus_eq import kernels
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    return sum(1 for e in prof.events() if kernels._is_cpu_kernel(e) and e.cpu_parent is not None
+               and e.cpu_parent.name.startswith(kernels._COMPILED_GRAPH))
+
+
+def _measured_and_predicted(module, inputs, training):
+    """(measured, predicted) kernels of ``module`` compiled by Inductor on CPU, one step."""
+    import torch._inductor.compile_fx as cfx
+    import torch._inductor.config as inductor_config
+
+    got = []
+
+    def recording(gm, example_inputs, *args, **kwargs):
+        got.append((gm, list(example_inputs)))
+        return gm.forward
+
+    real = cfx.compile_fx
+    torch._dynamo.reset()
+    cfx.compile_fx = recording
+    try:
+        with torch.no_grad() if not training else torch.enable_grad():
+            torch.compile(module)(*inputs)
+    finally:
+        cfx.compile_fx = real
+    predicted = sum(predict_module(gm, ex, "cpu", training=training).kernels for gm, ex in got)
+    torch._dynamo.reset()
+    with inductor_config.patch({"cpp.enable_kernel_profile": True}):
+        fn = torch.compile(module)
+
+        def step():
+            if training:
+                fn(*inputs).sum().backward()
+            else:
+                with torch.no_grad():
+                    fn(*inputs)
+        step()
+        measured = _count_inside(step)
+    torch._dynamo.reset()
+    return measured, predicted
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model,mode", [("launch_bound", "inference"), ("wukong", "inference")])
+def test_prediction_within_ten_percent_on_bench_models(model, mode):
+    from optimus_bench.models import build
+    from optimus_bench.measure import _prepare
+
+    case = build(model, "cpu")
+    module = _prepare(case, "inference") if mode == "inference" else case.model.train()
+    measured, predicted = _measured_and_predicted(module, case.inputs, mode == "train")
+    assert measured > 0
+    assert abs(predicted - measured) <= 0.1 * measured, (predicted, measured)
