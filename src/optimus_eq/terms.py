@@ -46,7 +46,13 @@ Analyses (run with every pattern, see :data:`ANALYSIS_RULES`):
   cannot be lowered (found by fuzzing: zero-size tensors in a cat).
 * ``(CatOffset L C d o)``: for a list ``L`` that some narrow along ``d`` reads as ``Narrow(Cat(L), d, ..)``,
   the cell ``C`` of ``L`` starts at offset ``o`` along ``d``. Seeded only by narrowed cats, so a cat of n
-  inputs costs n rows, and a narrow finds the input it starts at by an equality join on ``o``.
+  inputs costs n rows, and a narrow finds the input it starts at by an equality join on ``o``. The walk
+  along ``L`` steps by ``Hop``s of up to 8 cells, so a cat of n inputs takes about n / 8 + 3 iterations
+  of the analyses, not n: each iteration costs egglog 1-4 ms at 10^5 e-nodes however few facts it adds,
+  and a stack of 512 branches took 513 iterations (1.8 s of 10 s, branches 20k).
+* ``(Hop C d k m R)``: ``R`` is the list after the first ``2^k`` cells of ``C`` along ``d`` (``k <= 3``),
+  which are ``m`` long along ``d`` (all of static size). Every ``Cons`` of static size gets ``k = 0``; longer
+  hops join two of the level below (pointer jumping, at most 4 rows per cell).
 * ``(OtherRunEnd L x d c l s)`` / ``(OtherRunRest L x d c l s e)``: the runs of ``RunEnd`` for a list along
   ``c`` whose cells are narrows of x along another dim ``d != c``, all of one length ``l > 0`` (the pieces
   of an equal split concatenated along another dim), starting at ``s``; same pointer jumping.
@@ -82,6 +88,7 @@ SCHEMA = """
 (function RunEnd (TL T i64 i64) i64 :merge (max old new))
 (constructor RunRest (TL T i64 i64 i64) TL)
 (relation CatOffset (TL TL i64 i64))
+(relation Hop (TL i64 i64 i64 TL))
 (function OtherRunEnd (TL T i64 i64 i64 i64) i64 :merge (max old new))
 (constructor OtherRunRest (TL T i64 i64 i64 i64 i64) TL)
 (function ReshapeRunEnd (TL T i64 i64 i64 IVec i64) i64 :merge (max old new))
@@ -186,8 +193,12 @@ ANALYSIS_RULES = """
 ) + """
 (rule ((= t (Narrow (Cat L) d s l n))) ((CatOffset L L d 0))
       :ruleset analysis :name "catoffset/seed")
-(rule ((CatOffset L (Cons d x R) d o) (= shx (shape x)) (>= (vec-get shx d) 0)) ((CatOffset L R d (+ o (vec-get shx d))))
-      :ruleset analysis :name "catoffset/step")
+(rule ((= C (Cons d x R)) (= shx (shape x)) (>= (vec-get shx d) 0)) ((Hop C d 0 (vec-get shx d) R))
+      :ruleset analysis :name "hop/base")
+(rule ((Hop C d k m R) (< k 3) (Hop R d k m2 R2)) ((Hop C d (+ k 1) (+ m m2) R2))
+      :ruleset analysis :name "hop/double")
+(rule ((CatOffset L C d o) (Hop C d k m R)) ((CatOffset L R d (+ o m)))
+      :ruleset analysis :name "catoffset/hop")
 (rule ((= L (Cons d (Narrow x d s l n) R)))
       ((set (RunEnd L x d s) (+ s l)) (union (RunRest L x d s (+ s l)) R))
       :ruleset analysis :name "run/head")

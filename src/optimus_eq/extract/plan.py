@@ -174,13 +174,18 @@ def _input_cost(rows: dict, root_ids: list[int], opaque_keys, model: GPUCostMode
     seen: set[int] = set()
     stack = [r for r in root_ids if r in terms]
     total = 0.0
+    memo: dict = {}  # (op, numel, children's numels, opaque) -> cost: a few hundred distinct among 10^5 terms
     while stack:
         tid = stack.pop()
         if tid in seen:
             continue
         seen.add(tid)
         op, kids, ins, opaque = terms[tid]
-        total += model.node_cost(op, size.get(tid), ins, opaque)
+        key = (op, size.get(tid), tuple(ins), opaque)
+        cost = memo.get(key)
+        if cost is None:
+            cost = memo[key] = model.node_cost(op, key[1], ins, opaque)
+        total += cost
         stack.extend(k for k in kids if k in terms and k not in seen)
     if gradients and getattr(model, "training", False):
         total += _input_backward(rows, terms, seen, shapes, size, shape_of_vec, cat_dims, gradients, model)
