@@ -211,6 +211,29 @@ def _reset_dynamo():
     torch._dynamo.reset()
 
 
+def pytest_sessionfinish(session):
+    """Under pytest-xdist (``-n 2``) each worker hands its oracle figures to the controller, which prints them."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["oracle"] = (dict(oracle.FALLBACKS), list(oracle.CLOSEST))
+
+
+def pytest_configure(config):
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_XdistOracle(), "optimus_xdist_oracle")
+
+
+class _XdistOracle:
+    """The controller's side of :func:`pytest_sessionfinish`: merges each finished worker's oracle figures."""
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error):
+        fallbacks, closest = getattr(node, "workeroutput", {}).get("oracle", ({}, [0.0, ""]))
+        oracle.FALLBACKS.update(fallbacks)
+        if closest[0] > oracle.CLOSEST[0]:
+            oracle.CLOSEST[:] = closest
+
+
 def pytest_terminal_summary(terminalreporter):
     """The oracle's fallbacks to assert_close and its closest call (tests/oracle.py), for tuning K/ULPS."""
     if oracle.FALLBACKS or oracle.CLOSEST[0]:

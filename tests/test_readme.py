@@ -27,3 +27,14 @@ def test_readme_has_examples_to_run():
 def test_readme_example_runs(index):
     torch._dynamo.reset()
     exec(compile(_examples()[index], f"README.md example {index}", "exec"), {"__name__": "readme_example"})
+
+
+def test_ci_runs_the_readme_s_test_command():
+    """`.ci/run` runs the README's test command (its second shell block) as written, and that command
+    prints the slowest tests (CI's log shows where the time goes)."""
+    blocks = re.findall(r"```sh\n(.*?)\n```", README.read_text(), flags=re.S)
+    assert len(blocks) >= 2, "README.md lost its set-up-and-test command"
+    command = blocks[1].strip()
+    ci = (README.parent / ".ci" / "run").read_text().splitlines()
+    assert command in ci, f".ci/run no longer runs the README's test command: {command}"
+    assert "--durations=" in command
