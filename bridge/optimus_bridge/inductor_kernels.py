@@ -42,12 +42,12 @@ graph and sums its forward and, when training, backward graphs.
 
 from __future__ import annotations
 
-import math
 import operator
-from dataclasses import dataclass, field
 
 import torch
 import torch.fx
+
+from optimus_bridge.inductor_fusion import KernelPrediction, SchedNode, fuse_kernels, node_val, numel_of
 
 aten = torch.ops.aten
 
@@ -72,50 +72,6 @@ CPU_HEAVY = frozenset({"exp", "log", "log10", "log1p", "log2", "sigmoid", "tanh"
 REALIZE_READS_THRESHOLD = 4
 UNROLL_REDUCTIONS_THRESHOLD = 8
 MAX_POINTWISE_CAT_INPUTS = 8
-MAX_FUSION_SIZE = 64
-CPP_MAX_HORIZONTAL_FUSION_SIZE = 16
-SCORE_FUSION_MEMORY_THRESHOLD = 10  # bytes
-
-
-@dataclass
-class KernelPrediction:
-    """Kernels predicted for one or more graphs.
-
-    Attributes:
-        fused: Inductor-generated kernels (fusion groups of pointwise and reduction nodes).
-        extern: extern/fallback ATen calls and scatter kernels.
-        groups: per generated kernel, the FX node names fused into it (for explanations).
-    """
-
-    fused: int = 0
-    extern: int = 0
-    groups: list[list[str]] = field(default_factory=list)
-
-    @property
-    def kernels(self) -> int:
-        """All kernels: generated plus extern calls."""
-        return self.fused + self.extern
-
-    def __add__(self, other: "KernelPrediction") -> "KernelPrediction":
-        return KernelPrediction(self.fused + other.fused, self.extern + other.extern, self.groups + other.groups)
-
-
-def _val(node):
-    v = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-    return v
-
-
-def _numel(v) -> int:
-    if isinstance(v, torch.Tensor):
-        try:
-            return int(math.prod(int(s) for s in v.shape))
-        except (TypeError, ValueError):  # unbacked symbolic size
-            return 1
-    if isinstance(v, (tuple, list)):
-        for x in v:
-            if isinstance(x, torch.Tensor):
-                return _numel(x)
-    return 0
 
 
 def _dim0(v) -> int:
@@ -131,16 +87,6 @@ def _dim0(v) -> int:
             except (TypeError, ValueError):
                 return 1
     return 1
-
-
-def _itemsize(v) -> int:
-    if isinstance(v, torch.Tensor):
-        return v.element_size()
-    if isinstance(v, (tuple, list)):
-        for x in v:
-            if isinstance(x, torch.Tensor):
-                return x.element_size()
-    return 4
 
 
 def _tensor_args(node: torch.fx.Node) -> list[torch.fx.Node]:
@@ -171,8 +117,8 @@ def _kind(node: torch.fx.Node, lowerings, fallbacks) -> str:
     if t is operator.getitem:
         return "view"
     if not isinstance(t, torch._ops.OpOverload):
-        return "other" if not isinstance(_val(node), torch.Tensor) else "extern"
-    if not isinstance(_val(node), (torch.Tensor, tuple, list)):
+        return "other" if not isinstance(node_val(node), torch.Tensor) else "extern"
+    if not isinstance(node_val(node), (torch.Tensor, tuple, list)):
         return "other"
     if t in ALLOC_OPS:
         return "alloc"
@@ -189,15 +135,6 @@ def _kind(node: torch.fx.Node, lowerings, fallbacks) -> str:
     if torch.Tag.reduction in t.tags:
         return "reduction"
     return "pointwise"
-
-
-class _Sched:
-    """One realized node of the model scheduler."""
-
-    __slots__ = ("id", "names", "kind", "key", "reads", "fx")
-
-    def __init__(self, i, name, kind, key, reads, fx):
-        self.id, self.names, self.kind, self.key, self.reads, self.fx = i, [name], kind, key, reads, fx
 
 
 def predict(gm: torch.fx.GraphModule, device: str = "cpu") -> KernelPrediction:
@@ -243,11 +180,11 @@ def predict(gm: torch.fx.GraphModule, device: str = "cpu") -> KernelPrediction:
     realized: dict[torch.fx.Node, bool] = {}
     reads: dict[torch.fx.Node, frozenset] = {}
     heavy: dict[torch.fx.Node, bool] = {}
-    sched: list[_Sched] = []
-    producer: dict[torch.fx.Node, _Sched] = {}  # realized node -> its scheduler node
+    sched: list[SchedNode] = []
+    producer: dict[torch.fx.Node, SchedNode] = {}  # realized node -> its scheduler node
     extern = 0
     cat_copy_inputs: set[torch.fx.Node] = set()
-    cat_writers: dict[torch.fx.Node, list[_Sched]] = {}
+    cat_writers: dict[torch.fx.Node, list[SchedNode]] = {}
 
     def buf_reads(a) -> frozenset:
         b = base(a)
@@ -256,7 +193,7 @@ def predict(gm: torch.fx.GraphModule, device: str = "cpu") -> KernelPrediction:
         return reads[b]
 
     def add(n, k, key, r):
-        s = _Sched(len(sched), n.name, k, key, frozenset(r), n)
+        s = SchedNode(len(sched), n.name, k, key, frozenset(r), n)
         sched.append(s)
         producer[n] = s
         return s
@@ -289,8 +226,8 @@ def predict(gm: torch.fx.GraphModule, device: str = "cpu") -> KernelPrediction:
                         _realize(b, realized, reads, readers, producer, sched, add, n)
                         writers.append(producer[b])
                     else:  # a buffer already: copied into its slice by a pointwise node
-                        copy_node = _Sched(len(sched), f"{n.name}_copy_{b.name}", "pointwise",
-                                           ("p", _numel(_val(a)), _dim0(_val(a))), buf_reads(a), None)
+                        copy_node = SchedNode(len(sched), f"{n.name}_copy_{b.name}", "pointwise",
+                                           ("p", numel_of(node_val(a)), _dim0(node_val(a))), buf_reads(a), None)
                         sched.append(copy_node)
                         writers.append(copy_node)
                     cat_copy_inputs.add(b)
@@ -305,19 +242,19 @@ def predict(gm: torch.fx.GraphModule, device: str = "cpu") -> KernelPrediction:
         my_heavy = my_heavy or name in CPU_HEAVY
         reads[n], heavy[n] = my_reads, my_heavy
         if k == "reduction":
-            out_n = _numel(_val(n))
-            big = max(args, key=lambda a: _numel(_val(a)), default=None)
-            in_n = _numel(_val(big)) if big is not None else out_n
+            out_n = numel_of(node_val(n))
+            big = max(args, key=lambda a: numel_of(node_val(a)), default=None)
+            in_n = numel_of(node_val(big)) if big is not None else out_n
             r = in_n // max(out_n, 1)
             if r <= UNROLL_REDUCTIONS_THRESHOLD:
                 # unrolled into a pointwise node over the outputs; it still fuses like the reduction it
                 # computes (its reads are r elements apart per output)
                 realized[n] = True
-                add(n, "pointwise", ("u", out_n, r, _dim0(_val(n))), my_reads)
+                add(n, "pointwise", ("u", out_n, r, _dim0(node_val(n))), my_reads)
                 continue
             else:
                 realized[n] = True
-                add(n, "reduction", ("r", out_n, r, _dim0(_val(n))), my_reads)
+                add(n, "reduction", ("r", out_n, r, _dim0(node_val(n))), my_reads)
                 continue
         # pointwise: realized now or left to be inlined (decided when a reader needs it, or below)
         users = {id(u) for u in readers[n]}
@@ -346,7 +283,7 @@ def predict(gm: torch.fx.GraphModule, device: str = "cpu") -> KernelPrediction:
         deps.append(d)
     # the nodes that write one cat buffer share it (their writes are slices of one buffer)
     writes = {w.id: cat for cat, ws in cat_writers.items() for w in ws}
-    return _fuse(sched, deps, cpu, extern, writes)
+    return fuse_kernels(sched, deps, cpu, extern, writes)
 
 
 def _realize(b, realized, reads, readers, producer, sched, add, by) -> None:
@@ -355,151 +292,7 @@ def _realize(b, realized, reads, readers, producer, sched, add, by) -> None:
         realized[b] = True
         return
     realized[b] = True
-    add(b, "pointwise", ("p", _numel(_val(b)), _dim0(_val(b))), reads.get(b, frozenset()))
-
-
-def _compatible(a: tuple, b: tuple, vertical: bool, cpu: bool) -> bool:
-    """Whether fused nodes of loop groups ``a`` and ``b`` may fuse (``vertical``: ``b`` depends on ``a``).
-    Groups: ``("p", numel, outer)`` or ``("r", n, r, outer)``, ``outer`` the outermost loop's size."""
-    if a == b:
-        return True
-    if a[0] == "u" or b[0] == "u":  # an unrolled reduction: pointwise over n, or a reduction of n x r
-        u, o = (a, b) if a[0] == "u" else (b, a)
-        if o[0] in "ur" and o[1:3] == u[1:3]:
-            return True
-        if o[0] == "p" and o[1] in (u[1], u[1] * u[2]):
-            return True
-    if cpu and vertical and a[-1] == b[-1] and a[-1] > 1:
-        return True  # outer-loop fusion (CppScheduling.can_fuse_vertical_outer_loop)
-    if a[0] in "pu" and b[0] in "pu":
-        return a[1] == b[1]
-    if a[0] == "r" and b[0] == "r":
-        return a[1:3] == b[1:3]
-    if a[0] == "p":  # a pointwise producer (or sibling) of a reduction over as many elements
-        return a[1] == b[1] * b[2]
-    # a reduction then a pointwise node: CPU only over a common outer loop (above); CUDA over the
-    # reduction's elements (persistent reduction) or its outputs (epilogue)
-    return not cpu and b[1] in (a[1] * a[2], a[1])
-
-
-def _fuse(sched: list[_Sched], deps: list[set[int]], cpu: bool, extern: int, writes: dict) -> KernelPrediction:
-    n = len(sched)
-    parent = list(range(n))
-
-    def find(x):
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    members = {i: [i] for i in range(n)}
-    key = {i: sched[i].key for i in range(n)}
-    fusable = [s.kind in ("pointwise", "reduction") for s in sched]
-    # group-level dependency edges (successors), kept up to date on each union
-    succ: dict[int, set[int]] = {i: set() for i in range(n)}
-    pred: dict[int, set[int]] = {i: set() for i in range(n)}
-    for i, d in enumerate(deps):
-        for j in d:
-            succ[j].add(i)
-            pred[i].add(j)
-
-    def reaches(src, dst, skip_direct):
-        """Whether group ``dst`` is reachable from group ``src`` by a path of length >= 2."""
-        stack = [x for x in succ[src] if x != dst] if skip_direct else list(succ[src])
-        seen = set(stack)
-        while stack:
-            x = stack.pop()
-            if x == dst:
-                return True
-            for y in succ[x]:
-                if y not in seen:
-                    seen.add(y)
-                    stack.append(y)
-        return False
-
-    def group_key(g):
-        ks = [key[m] for m in members[g]]
-        red = [k for k in ks if k[0] == "r"] or [k for k in ks if k[0] == "u"]
-        return red[0] if red else ks[0]
-
-    def try_union(a, b, vertical):
-        ga, gb = find(a), find(b)
-        if ga == gb or not (fusable[a] and fusable[b]):
-            return False
-        size = len(members[ga]) + len(members[gb])
-        if size > MAX_FUSION_SIZE:
-            return False
-        if cpu and not vertical and size > CPP_MAX_HORIZONTAL_FUSION_SIZE:
-            return False
-        if not (_compatible(group_key(ga), group_key(gb), vertical, cpu)
-                or (not vertical and _compatible(group_key(gb), group_key(ga), False, cpu))):
-            return False
-        # all members of one reduction group must share it
-        ra = {key[m] for m in members[ga] if key[m][0] == "r"}
-        rb = {key[m] for m in members[gb] if key[m][0] == "r"}
-        if ra and rb and {k[1:3] for k in ra} != {k[1:3] for k in rb} and not cpu:
-            return False
-        if reaches(ga, gb, True) or reaches(gb, ga, True):
-            return False
-        parent[gb] = ga
-        members[ga].extend(members.pop(gb))
-        for s in succ.pop(gb):
-            pred[s].discard(gb)
-            if s != ga:
-                succ[ga].add(s)
-                pred[s].add(ga)
-        for p in pred.pop(gb):
-            succ[p].discard(gb)
-            if p != ga:
-                succ[p].add(ga)
-                pred[ga].add(p)
-        succ[ga].discard(ga)
-        pred[ga].discard(ga)
-        return True
-
-    # candidate pairs: producer -> reader first (vertical), then readers of one buffer (horizontal)
-    vertical = [(j, i) for i, d in enumerate(deps) for j in sorted(d)]
-    # readers of one view of a buffer share memory deps (Scheduler.score_fusion_memory); readers of
-    # different views of one buffer (split pieces) only count when neither is a reduction
-    # (_can_use_buffer_overlap_scoring)
-    exact: dict[object, list[int]] = {}
-    overlap: dict[object, list[int]] = {}
-    for s in sched:
-        if not fusable[s.id]:
-            continue
-        for b, v in s.reads:
-            val = _val(v) if isinstance(v, torch.fx.Node) else None
-            if _numel(val) * _itemsize(val) >= SCORE_FUSION_MEMORY_THRESHOLD:
-                exact.setdefault((b, v), []).append(s.id)
-                overlap.setdefault(b, []).append(s.id)
-    for i, cat in writes.items():
-        if fusable[i]:
-            overlap.setdefault(("write", cat), []).append(i)
-    # pairs within each buffer's readers, as Scheduler.get_possible_fusions tries them (at most
-    # max_fusion_buffer_group_pairwise_attempts = 64 nodes apart)
-    horizontal = [(ids[i], ids[j], same) for groups, same in ((exact, True), (overlap, False))
-                  for ids in groups.values() for i in range(len(ids)) for j in range(i + 1, min(len(ids), i + 65))]
-
-    def has_reduction(g):
-        return any(key[m][0] == "r" for m in members[g])
-
-    for _round in range(10):
-        changed = False
-        for a, b in vertical:
-            changed |= try_union(a, b, True)
-        for a, b, same_view in horizontal:
-            if not same_view and (has_reduction(find(a)) or has_reduction(find(b))):
-                continue
-            if find(b) in pred.get(find(a), ()):
-                a, b = b, a
-            changed |= try_union(a, b, find(a) in pred.get(find(b), ()))
-        if not changed:
-            break
-    groups = {}
-    for i in range(n):
-        if fusable[i]:
-            groups.setdefault(find(i), []).extend(sched[i].names)
-    return KernelPrediction(fused=len(groups), extern=extern, groups=list(groups.values()))
+    add(b, "pointwise", ("p", numel_of(node_val(b)), _dim0(node_val(b))), reads.get(b, frozenset()))
 
 
 def aten_graphs(gm: torch.fx.GraphModule, example_inputs, training: bool | None = None) -> list[torch.fx.GraphModule]:
