@@ -11,7 +11,7 @@ import random
 import networkx as nx
 import pytest
 
-from optimus_eq.horizontal.plan import _topological_order
+from optimus_eq.horizontal.plan_order import topological_order as _topological_order
 
 
 @pytest.mark.parametrize("seed", range(40))

@@ -21,12 +21,13 @@ later subsets are checked against the dependencies fusion created.
 
 Independence is computed with ancestor bitsets (Python ints, one bit per remaining candidate) in one
 topological pass per subset: O(E) big-int operations instead of one ``nx.ancestors`` search per
-candidate.
+candidate. The topological order and its repair after a fused op are :mod:`optimus_eq.horizontal.plan_order`,
+the alternative forms of the plan's values :mod:`optimus_eq.horizontal.plan_alternatives` (both parts of
+:class:`PlanGraph`).
 """
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -34,23 +35,10 @@ import networkx as nx
 
 from optimus_eq.extract.grad import grad_classes
 from optimus_eq.extract.plan import chosen_list
+from optimus_eq.horizontal.plan_alternatives import (ALT_DEPTH, ALT_OPS, ALT_VIEWS, LIST_OPS,
+                                                     PlanAlternatives)
+from optimus_eq.horizontal.plan_order import PlanOrder
 from optimus_eq.horizontal.subsets import greedy_subsets
-
-LIST_OPS = frozenset(["Cons", "Nil", "ACons", "ANil"])
-#: E-node kinds an alternative form may use (:meth:`PlanGraph.add_alternatives`): ops first (they make
-#: members), then views, then cats (a cat of per-piece ops that folded into one wide op), then the list
-#: cells; ``Leaf`` e-nodes are not followed.
-ALT_OPS = ("Unary", "Binary", "Apply")
-ALT_VIEWS = ("Narrow", "Select", "Reshape", "Permute", "Unsqueeze")
-ALT_LISTS = ("ACons", "ANil", "Cons", "Nil")
-_ALT_RANK = {op: i for i, op in enumerate(ALT_OPS + ALT_VIEWS + ("Cat",) + ALT_LISTS)}
-#: How many e-classes below the plan an alternative form may reach (list cells not counted; the split
-#: tanh example needs 2: ``narrow(tanh(x))`` -> ``tanh(narrow(x))`` -> ``narrow(x)``; a cat of
-#: ``sigmoid(tanh(piece) * 2)`` needs 4), and at most how many e-classes the forms
-#: of one round may add (per plan class, plus a floor), so the round's work stays linear in the plan.
-ALT_DEPTH = 4
-ALT_BUDGET_PER_CLASS, ALT_BUDGET_MIN = 2, 1_000
-
 
 @dataclass
 class Member:
@@ -93,33 +81,7 @@ def _target_text(target) -> str:
     return f"{getattr(target, '__module__', '')}.{name}"
 
 
-def _topological_order(g: nx.DiGraph) -> list:
-    """``list(nx.topological_sort(g))``, the same order (Kahn's algorithm, generation by generation: a
-    first-in first-out queue of the nodes whose inputs are all placed, children in adjacency order), read
-    straight off networkx's adjacency dicts: 3-4x faster than networkx's generator, which the group search
-    runs again after each fused op that does not fit between its inputs and members (measured: 17 sorts of
-    a 160k-node plan, 2.5 of 3.6 s of the round on 512 parallel branches).
-
-    Raises:
-        networkx.NetworkXUnfeasible: when ``g`` has a cycle.
-    """
-    pred, succ = g._pred, g._succ
-    indegree = {v: len(p) for v, p in pred.items() if p}
-    order = [v for v, p in pred.items() if not p]
-    for v in order:  # grows while it is walked: the queue
-        for c in succ[v]:
-            d = indegree[c] - 1
-            if d:
-                indegree[c] = d
-            else:
-                del indegree[c]
-                order.append(c)
-    if indegree:
-        raise nx.NetworkXUnfeasible("Graph contains a cycle or graph changed during iteration")
-    return order
-
-
-class PlanGraph:
+class PlanGraph(PlanAlternatives, PlanOrder):
     """The dependency graph of one plan (module docstring).
 
     Args:
@@ -239,123 +201,6 @@ class PlanGraph:
             and en.literals[0] not in tr.opaque_keys
 
     # -- alternative forms: members drawn from any e-node of an e-class ----------------------------------
-    def add_alternatives(self, depth: int = ALT_DEPTH, budget: int | None = None) -> int:
-        """Make the e-graph's other forms of the plan's values visible to the group search.
-
-        The plan holds one e-node per class; a group may exist only in another equivalent form (six
-        same-shape tanhs, three of them on pieces of one split: the plan computes one wide tanh and three
-        narrows of it, and the three per-piece tanhs are e-nodes the plan did not choose). For every plan
-        class, its first other op e-node whose children can be computed (they are plan classes, or
-        classes given a form here, at most ``depth`` classes below the plan, ops preferred, then views and
-        argument lists) is its *alternative form*: its children get an edge to the class (so the search
-        reaches them, and independence counts them: the class is taken to depend on both forms'
-        inputs), a class of the plan whose chosen e-node is a view becomes a candidate through that form
-        (:meth:`member`), and the classes below it become candidates through their own forms. Which form
-        wins is left to extraction: a group is one more alternative of its members' classes.
-
-        Acyclic by construction: a class given a form is ready after the last plan class its form
-        reads (its position in the plan's topological order), and feeds a plan class only when that
-        class comes later. ``budget`` bounds the classes given a form (default: ``ALT_BUDGET_PER_CLASS``
-        per plan class, at least ``ALT_BUDGET_MIN``). Returns the number of classes added to the graph.
-        Call after :meth:`acyclic` (which it needs) and before :meth:`groups`.
-        """
-        pos = self._positions()
-        view, g = self.view, self.g
-        nodes, classes = view.nodes, view.classes
-        plan, choice, tr = self._plan, self.choice, self.tr
-        if budget is None:
-            budget = max(ALT_BUDGET_MIN, ALT_BUDGET_PER_CLASS * len(plan))
-        state: dict = {}          # class outside the plan -> (form e-node, ready) | None (none, or in progress)
-        order: list = []          # classes given a form, children before parents
-        list_ready: dict = {}
-
-        def usable(en) -> bool:
-            if en.op in ALT_OPS:
-                return bool(en.literals) and en.literals[0] in tr.recipes and en.literals[0] not in tr.opaque_keys
-            return en.op in _ALT_RANK
-
-        def ready_in_plan(k) -> float:
-            if k in pos:
-                return pos[k]
-            r = list_ready.get(k)
-            if r is None:  # a list class of the plan: ready after its elements
-                r = list_ready[k] = max((pos.get(e, -1.0) for e in self.elements(k)), default=-1.0)
-            return r
-
-        def resolve(a, d):
-            """The position after which class ``a`` (outside the plan) can be computed, or None."""
-            if a in state:
-                s = state[a]
-                return None if s is None else s[1]
-            if len(order) >= budget:
-                return None
-            state[a] = None  # in progress: a cycle back to ``a`` fails
-            nids = [n for n in classes.get(a, ()) if usable(nodes[n])]
-            nids.sort(key=lambda n: _ALT_RANK[nodes[n].op])
-            for nid in nids:
-                en = nodes[nid]
-                is_list = en.op in ALT_LISTS
-                if not is_list and d <= 0:
-                    continue
-                r = -1.0
-                for k in en.children:
-                    rk = ready_in_plan(k) if k in plan else resolve(k, d if is_list else d - 1)
-                    if rk is None:
-                        break
-                    r = max(r, rk)
-                else:
-                    state[a] = (nid, r)
-                    choice[a] = nid
-                    order.append(a)
-                    return r
-            return None
-
-        edges: list = []
-        for c in list(g):
-            if isinstance(c, tuple) or c not in plan:
-                continue
-            chosen = choice[c]
-            kinds = set()  # at most one op form and one cat form per class
-            for nid in classes.get(c, ()):
-                en = nodes[nid]
-                kind = "op" if self._is_op(nid) else "cat" if en.op == "Cat" else None
-                if nid == chosen or kind is None or kind in kinds:
-                    continue
-                ok = True
-                for k in en.children:
-                    rk = ready_in_plan(k) if k in plan else resolve(k, depth)
-                    if rk is None or rk >= pos[c]:
-                        ok = False
-                        break
-                if ok:
-                    kinds.add(kind)
-                    if kind == "op" and not self._is_op(chosen):
-                        self._form[c] = nid
-                    edges.extend((k, c) for k in self.term_children(en))
-        if not edges:
-            return 0
-        # the classes some accepted form reads, children first; their own edges
-        used: set = set()
-        stack = [k for k, _ in edges if k not in plan]
-        while stack:
-            a = stack.pop()
-            if a in used or a in plan:
-                continue
-            used.add(a)
-            stack.extend(self.term_children(nodes[choice[a]]) if nodes[choice[a]].op not in LIST_OPS
-                         else nodes[choice[a]].children)
-        added = [a for a in order if a in used and nodes[choice[a]].op not in LIST_OPS]
-        for a in added:
-            g.add_node(a)
-        for a in added:
-            for k in self.term_children(nodes[choice[a]]):
-                g.add_edge(k, a)
-        g.add_edges_from(edges)
-        self.alternatives = True
-        self._pos = None
-        self._op_classes = None
-        return len(added)
-
     def source(self, m: Member):
         """The plan's kernel that computes member ``m``'s value now: its own class when the plan computes it
         with its op, else the class of a plan op of the same name that ``m``'s class is a view of (a piece
@@ -609,109 +454,3 @@ class PlanGraph:
             yield [self.member(c) for c in subset]
 
     # -- topological positions, kept up to date as fused ops are added ----------------------------------
-    def acyclic(self) -> bool:
-        """Whether the plan's graph (order edges included) has no cycle; its topological order is kept."""
-        try:
-            self._positions()
-        except nx.NetworkXUnfeasible:
-            return False
-        return True
-
-    def _positions(self) -> dict:
-        """Node -> position in a topological order (floats; fused ops get positions between others).
-
-        Raises:
-            networkx.NetworkXUnfeasible: when the graph has a cycle.
-        """
-        if self._pos is None:
-            self._seq = _topological_order(self.g)
-            self._pos = {v: float(i) for i, v in enumerate(self._seq)}
-            self._keys = list(range(len(self._seq)))
-        return self._pos
-
-    def _ancestor_bits(self, cands: list, pos: dict) -> dict:
-        """For each candidate, the bitset of the candidates it depends on: one pass, in topological order,
-        over the nodes between the first and the last candidate (nothing before the first can depend on a
-        candidate)."""
-        bit = {c: 1 << i for i, c in enumerate(cands)}
-        first = bisect.bisect_left(self._keys, pos[cands[0]])
-        last = bisect.bisect_right(self._keys, pos[cands[-1]])
-        anc: dict = {}
-        pred = self.g._pred  # networkx's adjacency dict (read only)
-        for v in self._seq[first:last]:
-            a = 0
-            for u in pred[v]:
-                a |= anc.get(u, 0) | bit.get(u, 0)
-            anc[v] = a
-        return {c: anc[c] for c in cands}
-
-    def fused_op(self, members: list[Member]) -> None:
-        """Record a fused op in the graph: every member's inputs -> the fused op -> every member."""
-        f = ("fused", self._fresh)
-        self._fresh += 1
-        self.g.add_node(f)
-        preds = {u for m in members for u in self.g.predecessors(m.cls)}
-        for u in preds:
-            self.g.add_edge(u, f)
-        for m in members:
-            self.g.add_edge(f, m.cls)
-        if self._pos is None:
-            return
-        lo = max((self._pos[u] for u in preds), default=-1.0)
-        hi = min(self._pos[m.cls] for m in members)
-        if lo >= hi and not self._reorder(preds, [m.cls for m in members], lo, hi):
-            self._pos = None  # sort again when next needed
-            return
-        lo = max((self._pos[u] for u in preds), default=-1.0)
-        hi = min(self._pos[m.cls] for m in members)
-        # a slot between its inputs and its first member: keep the order, no re-sort
-        p = (lo + hi) / 2 if hi - lo > 1e-9 else None
-        if p is None:
-            self._pos = None
-            return
-        i = bisect.bisect_left(self._keys, p)
-        if i < len(self._keys) and self._keys[i] == p:  # taken (an earlier fused op between lo and hi):
-            p = (self._keys[i - 1] + p) / 2             # the same place in the order, a position of its own
-            if not self._keys[i - 1] < p < self._keys[i]:
-                self._pos = None
-                return
-        self._keys.insert(i, p)
-        self._seq.insert(i, f)
-        self._pos[f] = p
-
-    def _reorder(self, preds: set, members: list, lo: float, hi: float) -> bool:
-        """Repair the topological order for a fused op whose inputs ``preds`` reach up to position ``lo`` while
-        a member sits at ``hi`` <= ``lo`` (Pearce and Kelly's dynamic topological order, JEA 2006): the nodes
-        reachable from the members up to ``lo`` move, in their order, after the nodes that reach the inputs
-        from ``hi`` on, in theirs, within the positions both sets held; nothing else moves. Replaces a full
-        re-sort of the plan (0.3 s at 400k nodes, once per such group: 45 of them on 512 parallel
-        branches). Returns False (the caller re-sorts) when a member reaches an input: a cycle."""
-        pos, succ, pred = self._pos, self.g._succ, self.g._pred
-        fwd = set()
-        stack = [m for m in members if pos[m] <= lo]
-        fwd.update(stack)
-        while stack:
-            v = stack.pop()
-            for w in succ[v]:
-                if w not in fwd and pos.get(w, lo + 1) <= lo:
-                    fwd.add(w)
-                    stack.append(w)
-        back = set()
-        stack = [u for u in preds if pos[u] >= hi]
-        back.update(stack)
-        while stack:
-            v = stack.pop()
-            for w in pred[v]:
-                if w not in back and pos.get(w, hi - 1) >= hi:
-                    back.add(w)
-                    stack.append(w)
-        if fwd & back:
-            return False
-        key = pos.__getitem__
-        moved = sorted(back, key=key) + sorted(fwd, key=key)
-        slots = sorted(map(key, moved))
-        keys, seq = self._keys, self._seq
-        for p, v in zip(slots, moved):
-            pos[v] = p
-            seq[bisect.bisect_left(keys, p)] = v
-        return True
