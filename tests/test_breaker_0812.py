@@ -4,6 +4,8 @@ symptom."""
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 import torch
 
@@ -35,3 +37,21 @@ def test_bmm_add_under_runtime_autocast_keeps_the_autocast_dtype(strategy):
     assert actual.dtype == expected.dtype == torch.bfloat16
     ref = gm(*ex)[0].double()  # float32 run: bf16 rounding is the error both sides carry
     assert (actual.double() - ref).abs().max() <= 2 * (expected.double() - ref).abs().max() + 1e-2
+
+
+def test_graph_with_bmm_add_pickles_and_traces():
+    """Symptom (of the first fix of the test above, which read ``mat1.device`` unconditionally): pickling an
+    optimized GraphModule with a bmm_add call, or ``torch.fx.symbolic_trace`` of it, raised ``RuntimeError:
+    unpackString`` (the device of a Proxy passed to ``torch.is_autocast_enabled``)."""
+    torch.manual_seed(0)
+    lins = [torch.nn.Linear(8, 6) for _ in range(2)]
+
+    def f(a, b):
+        return lins[0](a).relu() * lins[1](b)
+
+    xs = [rand(4, 8, seed=i) for i in range(2)]
+    gm, ex = dynamo_graph(f, *xs)
+    gm2, report = optimus_eq.optimize(gm, ex, strategy="greedy", **SMALL)
+    assert "bmm_add" in gm2.code
+    for again in (pickle.loads(pickle.dumps(gm2)), torch.fx.symbolic_trace(gm2)):
+        torch.testing.assert_close(again(*ex)[0], gm(*ex)[0])

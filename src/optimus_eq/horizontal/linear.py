@@ -64,8 +64,9 @@ def bmm_add(bias: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor) -> torch
     Under an autocast region active when the graph runs (a graph optimized from float32 example values and
     then called inside ``torch.autocast``), this is ``torch.baddbmm``: autocast would run the ``bmm`` in the
     low-precision type and the add would then promote the result back to the float32 bias's type, where
-    eager's linear (and baddbmm) give the autocast type."""
-    if torch.is_autocast_enabled(mat1.device.type):
+    eager's linear (and baddbmm) give the autocast type. (Under ``torch.fx.symbolic_trace``, which unpickling a
+    GraphModule runs, ``mat1`` is a Proxy of unknown device: it traces as ``bmm`` and the add.)"""
+    if isinstance(mat1, torch.Tensor) and torch.is_autocast_enabled(mat1.device.type):
         return torch.baddbmm(bias, mat1, mat2)
     return torch.bmm(mat1, mat2) + bias
 
