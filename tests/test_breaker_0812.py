@@ -55,3 +55,25 @@ def test_graph_with_bmm_add_pickles_and_traces():
     assert "bmm_add" in gm2.code
     for again in (pickle.loads(pickle.dumps(gm2)), torch.fx.symbolic_trace(gm2)):
         torch.testing.assert_close(again(*ex)[0], gm(*ex)[0])
+
+
+@pytest.mark.xfail(strict=True, reason="decompose_gemv_pass emits torch.mul/sum/add nodes, which autocast leaves "
+                   "in float32; a fix needs one call that is F.linear under a runtime autocast (as bmm_add does)")
+def test_gemv_under_runtime_autocast_keeps_the_autocast_dtype():
+    """Symptom: a float32 graph whose ``Linear(16, 1)`` became ``sum(x * w, -1, keepdim=True) + b``
+    (decompose_gemv_pass; CUDA/XPU by default, CPU here through tests/test_gemv.py's registry), run inside
+    ``torch.autocast(bfloat16)``, returns float32 where eager's linear returns bfloat16 (mul and sum are not
+    autocast ops). Same class as the bmm_add test above."""
+    from test_gemv import _cpu_registry
+
+    torch.manual_seed(0)
+    head = torch.nn.Linear(16, 1)
+
+    def f(x):
+        return head(torch.tanh(x))
+
+    gm, ex = dynamo_graph(f, rand(4, 16, seed=3))
+    gm2, report = optimus_eq.optimize(gm, ex, strategy="greedy", registry=_cpu_registry())
+    assert report.patterns_fired["decompose_gemv_pass"] == 1
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert gm2(*ex)[0].dtype == gm(*ex)[0].dtype == torch.bfloat16
