@@ -59,7 +59,15 @@ def bmm_add(bias: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor) -> torch
     Inductor fuses the add into the kernel that reads the output (the activation, a residual add): one
     kernel per batched linear instead of two (issue 12). One FX call, so the cost model prices it as one
     kernel, as it priced baddbmm (the add is fused away). Low-precision dtypes keep ``baddbmm``: rounding
-    the product before the add would round twice where eager's linear rounds once."""
+    the product before the add would round twice where eager's linear rounds once.
+
+    Under an autocast region active when the graph runs (a graph optimized from float32 example values and
+    then called inside ``torch.autocast``), this is ``torch.baddbmm``: autocast would run the ``bmm`` in the
+    low-precision type and the add would then promote the result back to the float32 bias's type, where
+    eager's linear (and baddbmm) give the autocast type. (Under ``torch.fx.symbolic_trace``, which unpickling a
+    GraphModule runs, ``mat1`` is a Proxy of unknown device: it traces as ``bmm`` and the add.)"""
+    if isinstance(mat1, torch.Tensor) and torch.is_autocast_enabled(mat1.device.type):
+        return torch.baddbmm(bias, mat1, mat2)
     return torch.bmm(mat1, mat2) + bias
 
 

@@ -48,7 +48,7 @@ class Member:
         cls: its e-class.
         op: the constructor of its chosen e-node: ``"Unary"``, ``"Binary"`` or ``"Apply"``.
         key: the op key (see :mod:`optimus_bridge.translate`).
-        recipe: the bridge's :class:`optimus_bridge.translate.Recipe` (FX target, constant arguments, slots).
+        recipe: the bridge's :class:`optimus_eq.recipe.Recipe` (FX target, constant arguments, slots).
         types: ``(((dtype, device) per tensor input), (dtype, device) of the output)`` as strings.
         inputs: e-classes of its tensor inputs, in slot order.
         in_shapes: static shapes of ``inputs`` (None where unknown).
