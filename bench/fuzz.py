@@ -96,7 +96,7 @@ def main(argv=None) -> None:
     p.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     p.add_argument("--out", default="fuzz_failures", help="folder for failing programs ('' for none)")
     p.add_argument("--minutes", type=float, default=None, help="stop handing out programs after this long")
-    p.add_argument("--report", default=None, metavar="ROWS", help="print the tables of a rows.jsonl file and stop")
+    p.add_argument("--report", default=None, metavar="ROWS", help="print the tables of a rows.jsonl file and stop (its wall time and programs/s are estimated: the programs' summed seconds / --jobs)")
     args = p.parse_args(argv)
     strategies = tuple(args.strategy.split(","))
     if args.report:

@@ -455,14 +455,6 @@ def test_fold_after_a_batch_closes_a_cycle_through_the_group(strategy):
     assert not got.reports[0].ops_after.get("cat")
 
 
-def test_restore_everything_gives_back_every_subsumed_enode():
-    from optimus_eq.extract.view import _restore_subsumed
-
-    classes = {1: [10], 2: []}
-    subsumed = [("Unary", 1, [0], [1]), ("Unary", 2, [0], [1])]
-    assert _restore_subsumed(classes, subsumed, everything=True) == subsumed
-
-
 def test_zero_size_pieces_keep_the_egraph_consistent():
     """Found by the fuzzer (seed 40061), minimized by ``fuzzing.minimize``: x1 [8, 0, 2]; the zero-length
     ``cat([v2, x1], 1).narrow(1, 0, 0)`` matched split_of_cat's whole-input rule for both zero-length
