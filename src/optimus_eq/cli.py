@@ -7,6 +7,7 @@ of a second, and each subcommand imports what it needs when it runs.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections.abc import Sequence
 
@@ -149,11 +150,26 @@ def _load_model(args: argparse.Namespace, command: str):
         return None, 2
 
 
-def cmd_optimize(args: argparse.Namespace) -> int:
-    loaded, code = _load_model(args, "optimize")
-    if loaded is None:
-        return code
-    spec, strategies, options = loaded
+def _with_model(command: str):
+    """A subcommand ``body(args, spec, strategies, options)`` as ``cmd(args) -> exit code``: the model is loaded
+    and the strategies and options checked first (:func:`_load_model`, exit code 2 on a bad one)."""
+    def wrap(body):
+        @functools.wraps(body)
+        def cmd(args: argparse.Namespace) -> int:
+            loaded, code = _load_model(args, command)
+            return code if loaded is None else body(args, *loaded)
+        return cmd
+    return wrap
+
+
+@_with_model("optimize")
+def cmd_optimize(args: argparse.Namespace, spec, strategies: list[str], options: dict) -> int:
+    """Capture your model's graphs with Dynamo, optimize them with each strategy side by side, run them as
+    optimized (no Inductor) and compare outputs (and gradients, with a loss) with eager; print graph size,
+    split/cat junk, what became of each input op, the cost model's estimate and the seconds spent. FACTORY is a
+    function of FILE.py that returns (model, example_inputs) or (model, example_inputs, loss), loss(output) ->
+    scalar tensor; with a loss one training step runs (and the backward graph is optimized too at --level
+    post_grad)."""
     from pathlib import Path
 
     from optimus_eq.modelrun import count_compiled_kernels, eager_result, run_strategy
@@ -210,11 +226,13 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def cmd_explain(args: argparse.Namespace) -> int:
-    loaded, code = _load_model(args, "explain")
-    if loaded is None:
-        return code
-    spec, strategies, options = loaded
+@_with_model("explain")
+def cmd_explain(args: argparse.Namespace, spec, strategies: list[str], options: dict) -> int:
+    """Run optimize's strategies on your model (FILE.py:FACTORY, as optimus-eq optimize) and explain each graph:
+    which pattern rewrote which source lines (a pattern is credited with an op when leaving it out keeps the op
+    as written), which ops were left alone and why (unsupported op, mutation, symbolic size, ...), which
+    batchable ops were not batched and why where known, and pictures of each graph before and after (graphviz's
+    dot when installed, else a built-in drawing). Writes one self-contained HTML page."""
     from pathlib import Path
 
     from optimus_eq import explain
@@ -260,6 +278,13 @@ def version() -> str:
         return "(not installed: run from a source tree)"
 
 
+def _command(sub, name: str, func, help: str, **kw) -> argparse.ArgumentParser:
+    """Add the subcommand ``name``, run by ``func``; its ``--help`` description is ``func``'s docstring."""
+    p = sub.add_parser(name, help=help, description=" ".join(func.__doc__.split()), **kw)
+    p.set_defaults(func=func)
+    return p
+
+
 def _model_arguments(p: argparse.ArgumentParser) -> None:
     """The arguments ``optimize`` and ``explain`` share."""
     p.add_argument("model", metavar="FILE.py:FACTORY",
@@ -271,6 +296,8 @@ def _model_arguments(p: argparse.ArgumentParser) -> None:
                    "AOTAutograd makes (forward, and backward with a loss), as Inductor's post-grad pass sees them")
     p.add_argument("--min-fuse-set-size", type=int, default=None, metavar="N",
                    help="smallest group horizontal fusion batches (default 5, as Optimus; 2 batches pairs)")
+    p.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance against eager (default 1e-4)")
+    p.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance against eager (default 1e-4)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -306,15 +333,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("-v", "--verbose", action="store_true", help="print each optimizer report in full")
     demo.set_defaults(func=cmd_demo)
 
-    optimize = sub.add_parser(
-        "optimize",
-        help="optimize your own model (FILE.py:FACTORY) with each strategy; table, check against eager, code",
-        description="Capture your model's graphs with Dynamo, optimize them with each strategy side by side, run "
-        "them as optimized (no Inductor) and compare outputs (and gradients, with a loss) with eager; print graph "
-        "size, split/cat junk, what became of each input op, the cost model's estimate and the seconds spent. "
-        "FACTORY is a function of FILE.py that returns (model, example_inputs) or (model, example_inputs, loss), "
-        "loss(output) -> scalar tensor; with a loss one training step runs (and the backward graph is optimized "
-        "too at --level post_grad).",
+    optimize = _command(
+        sub, "optimize", cmd_optimize,
+        "optimize your own model (FILE.py:FACTORY) with each strategy; table, check against eager, code",
         epilog="Example: optimus-eq optimize mymodel.py:make --out out/  (writes out/input.py, out/greedy.py, "
         "out/eqsat.py)",
     )
@@ -324,30 +345,16 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--kernels", action="store_true",
                           help="also compile with Inductor (plain, and after each strategy) and count kernels per "
                           "call with torch.profiler (slow: one Inductor compile each)")
-    optimize.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance against eager (default 1e-4)")
-    optimize.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance against eager (default 1e-4)")
     optimize.add_argument("-v", "--verbose", action="store_true", help="print each graph's report in full")
-    optimize.set_defaults(func=cmd_optimize)
 
-    explain_p = sub.add_parser(
-        "explain",
-        help="what each strategy did to your model, by source line: text and one HTML page with graph pictures",
-        description="Run optimize's strategies on your model (FILE.py:FACTORY, as optimus-eq optimize) and "
-        "explain each graph: which pattern rewrote which source lines (a pattern is credited with an op when "
-        "leaving it out keeps the op as written), which ops were left alone and why (unsupported op, mutation, "
-        "symbolic size, ...), which batchable ops were not batched and why where known, and pictures of each "
-        "graph before and after (graphviz's dot when installed, else a built-in drawing). Writes one "
-        "self-contained HTML page.",
-    )
+    explain_p = _command(sub, "explain", cmd_explain, "what each strategy did to your model, by source line: "
+                         "text and one HTML page with graph pictures")
     _model_arguments(explain_p)
     explain_p.add_argument("--html", default="optimus-eq-explain.html", metavar="PATH",
                            help="the HTML page to write (default optimus-eq-explain.html)")
     explain_p.add_argument("--no-credits", action="store_true",
                            help="skip the leave-one-out runs that credit patterns (faster on large graphs)")
     explain_p.add_argument("--no-pictures", action="store_true", help="draw no graphs")
-    explain_p.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance against eager (default 1e-4)")
-    explain_p.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance against eager (default 1e-4)")
-    explain_p.set_defaults(func=cmd_explain)
 
     bench = sub.add_parser(
         "bench",

@@ -69,6 +69,20 @@ class Pattern:
     options: dict = field(default_factory=dict, compare=False)
 
 
+#: the ``levels`` of a pattern: Torch-IR only, Aten-IR only, or both
+PRE_GRAD, POST_GRAD, BOTH_LEVELS = ("pre_grad",), ("post_grad",), ("pre_grad", "post_grad")
+
+
+def vertical(name: str, levels: tuple[str, ...], rules: Iterable[Rule], doc: str) -> Pattern:
+    """A vertical pattern (kind ``"vertical"``): ``rules`` rewrite a chain of ops; ``doc`` as in :class:`Pattern`."""
+    return Pattern(name=name, levels=levels, kind="vertical", rules=tuple(rules), doc=doc)
+
+
+def canonical(name: str, levels: tuple[str, ...], doc: str) -> Pattern:
+    """A canonical pattern (kind ``"canonical"``, no rules): realized by the bridge's canonical forms."""
+    return Pattern(name=name, levels=levels, kind="canonical", rules=(), doc=doc)
+
+
 @dataclass(frozen=True)
 class HorizontalPattern(Pattern):
     """A horizontal fusion: many independent identical ops -> one batched op (kind ``"horizontal"``).

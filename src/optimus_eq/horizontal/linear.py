@@ -20,12 +20,19 @@ def _linear_parts(m):
     if x is None or wt is None:
         raise ValueError("no input or weight")
     xs, ws = m.in_shapes[x], m.in_shapes[wt]
-    if xs is None or ws is None or len(ws) != 2 or len(xs) < 2 or xs[-1] != ws[1]:
+    ok = xs is not None and ws is not None and len(ws) == 2 and len(xs) >= 2 and xs[-1] == ws[1]
+    _check_operands(m, ok, b, ((ws[0],),) if ok else ())
+    return x, wt, b
+
+
+def _check_operands(m, shapes_ok: bool, bias: int | None, bias_shapes) -> None:
+    """Raise ValueError unless ``shapes_ok`` and the bias input (if any) has a shape in ``bias_shapes``; then
+    :func:`check_one_input_type`."""
+    if not shapes_ok:
         raise ValueError("shapes")
-    if b is not None and m.in_shapes[b] != (ws[0],):
+    if bias is not None and m.in_shapes[bias] not in bias_shapes:
         raise ValueError("bias shape")
     check_one_input_type(m)
-    return x, wt, b
 
 
 def linear_key(m):
@@ -193,11 +200,8 @@ def _aten_mm_parts(m):
     if kind != "mm":
         raise ValueError("not mm/addmm with default beta and alpha")
     sa, sb = m.in_shapes[a], m.in_shapes[b]
-    if sa is None or sb is None or len(sa) != 2 or len(sb) != 2 or sa[1] != sb[0]:
-        raise ValueError("shapes")
-    if bias is not None and m.in_shapes[bias] not in ((sb[1],), (1, sb[1]), (sa[0], sb[1])):
-        raise ValueError("bias shape")
-    check_one_input_type(m)
+    ok = sa is not None and sb is not None and len(sa) == 2 and len(sb) == 2 and sa[1] == sb[0]
+    _check_operands(m, ok, bias, ((sb[1],), (1, sb[1]), (sa[0], sb[1])) if ok else ())
     return bias, a, b
 
 

@@ -28,7 +28,7 @@ What upstream does and where we differ:
 from __future__ import annotations
 
 from optimus_eq.patterns import split_cat, views
-from optimus_eq.registry import Pattern, Rule, renamed
+from optimus_eq.registry import POST_GRAD, Rule, canonical, renamed, vertical
 
 
 def _runs(prefix: str) -> tuple[Rule, ...]:
@@ -55,63 +55,42 @@ _RESHAPE_NARROW_IN_CAT = Rule(
 )
 
 
-normalization_aten_pass = Pattern(
-    name="normalization_aten_pass",
-    levels=("post_grad",),
-    kind="canonical",
-    rules=(),
+normalization_aten_pass = canonical("normalization_aten_pass", POST_GRAD,
     doc="""Every Aten-IR spelling of split, unbind, slicing, select, cat and views becomes one canonical form.
 
     aten.split.Tensor(x, 2, -1) / aten.split_with_sizes(x, [2, 2], 1) / aten.slice.Tensor(x, 1, 0, 2)
         => Narrow(x, 1, 0, 2, 4) ...;  aten.select.int(x, 1, i) => Select(x, 1, i, n)
     aten.cat(xs, -1) => Cat along the non-negative dim;  aten.view / _unsafe_view / reshape => Reshape
     Realized by the bridge's Aten-IR translator (optimus_bridge.aten), which counts each node it normalizes.
-    """,
-)
+    """)
 
-split_cat_aten_pass = Pattern(
-    name="split_cat_aten_pass",
-    levels=("post_grad",),
-    kind="vertical",
-    rules=_runs("split_cat_aten"),
+split_cat_aten_pass = vertical("split_cat_aten_pass", POST_GRAD, rules=_runs("split_cat_aten"),
     doc="""Split pieces concatenated in order along the split dim fold into the input or one slice.
 
     s = aten.split.Tensor(x, 32, 1); aten.cat([s[0], ..., s[7]], 1)  =>  x
     aten.cat([z, s[1], s[2], s[3], y], 1)  =>  aten.cat([z, aten.slice(x, 1, 32, 128), y], 1)
-    """,
-)
+    """)
 
-select_cat_aten_pass = Pattern(
-    name="select_cat_aten_pass",
-    levels=("post_grad",),
-    kind="vertical",
-    # unbind_cat_to_view's rules include other_dim: a select along d inside a cat along c != d
+# unbind_cat_to_view's rules include other_dim: a select along d inside a cat along c != d
+select_cat_aten_pass = vertical("select_cat_aten_pass", POST_GRAD,
     rules=renamed("select_cat_aten", split_cat.unbind_cat_to_view_pass.rules) + _runs("select_cat_aten"),
     doc="""Selects of one tensor concatenated in order along the select dim are a view of it.
 
     x: [B, N, D];  aten.cat([aten.select(x, 1, i) for i in range(N)], 1)  =>  aten.reshape(x, [B, N*D])
     aten.cat([aten.select(x, 1, 0), aten.select(x, 1, 1)], 1)  =>  aten.slice(aten.reshape(x, [B, N*D]), 1, 0, 2*D)
-    """,
-)
+    """)
 
-unbind_stack_aten_pass = Pattern(
-    name="unbind_stack_aten_pass",
-    levels=("post_grad",),
-    kind="vertical",
+unbind_stack_aten_pass = vertical("unbind_stack_aten_pass", POST_GRAD,
     rules=renamed("unbind_stack_aten", split_cat.unbind_stack_pass.rules + split_cat.unbind_stack_to_slices_pass.rules)
     + _runs("unbind_stack_aten"),
     doc="""Unbind pieces stacked (cat of unsqueezes) in order along the unbind dim are the tensor itself.
 
     u = aten.unbind(x, 1); aten.cat([aten.unsqueeze(u[i], 1) for i in range(N)], 1)  =>  x
     the same stacked along dim 2  =>  aten.permute(x, [0, 2, 1])
-    """,
-)
+    """)
 
-move_view_after_cat_aten_pass = Pattern(
-    name="move_view_after_cat_aten_pass",
-    levels=("post_grad",),
-    kind="vertical",
-    # a unit slice viewed without its dim is a select (split_cat.SQUEEZED_UNIT_PIECE), which the select rules fold
+# a unit slice viewed without its dim is a select (split_cat.SQUEEZED_UNIT_PIECE), which the select rules fold
+move_view_after_cat_aten_pass = vertical("move_view_after_cat_aten_pass", POST_GRAD,
     rules=renamed("move_view_after_cat_aten", (_RESHAPE_NARROW_IN_CAT, split_cat.SQUEEZED_UNIT_PIECE,
                                                *split_cat.unbind_cat_to_view_pass.rules))
     + _runs("move_view_after_cat_aten"),
@@ -120,8 +99,7 @@ move_view_after_cat_aten_pass = Pattern(
     x: [B, N*D];  aten.cat([aten.reshape(p, [B, 1, D]) for p in aten.split(x, D, 1)], 1)  =>  aten.reshape(x, [B, N, D])
     x: [N, B, D];  aten.cat([aten.view(p, [B, D]) for p in aten.split(x, 1)], 1)
         =>  aten.reshape(aten.permute(x, [1, 0, 2]), [B, N*D])
-    """,
-)
+    """)
 
 PATTERNS = (
     normalization_aten_pass,

@@ -16,78 +16,56 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from optimus_eq.registry import Pattern, Rule, renamed
+from optimus_eq.registry import BOTH_LEVELS, PRE_GRAD, Rule, canonical, renamed, vertical
 from optimus_eq.terms import MAX_RANK
 
 _HEAD = "(Cons d (Narrow x d s l n) R)"
 _RUN = ("(= shx (shape x))", f"(= e (RunEnd {_HEAD} x d s))", f"(= R2 (RunRest {_HEAD} x d s e))", "(> e (+ s l))")
 _MERGED = "(Cons d (Narrow x d s (- e s) n) R2)"
 
-normalization_pass = Pattern(
-    name="normalization_pass",
-    levels=("pre_grad",),
-    kind="canonical",
-    rules=(),
+normalization_pass = canonical("normalization_pass", PRE_GRAD,
     doc="""Every spelling of split, chunk, unbind, cat and stack becomes one canonical form.
 
     torch.split(x, 2, -1) / x.split([2, 2], dim=1) / torch.chunk(x, 2, 1) / x[:, 0:2]
         => Narrow(x, 1, 0, 2, 4), Narrow(x, 1, 2, 2, 4)
     torch.concat / torch.concatenate / torch.cat  => Cat;  torch.stack(xs, d) => Cat(Unsqueeze(x, d)...)
     Realized by the bridge's translator (optimus_bridge.translate), which counts each node it normalizes.
-    """,
-)
+    """)
 
 #: A length-1 slice reshaped to drop its dim is a select: x[:, i:i+1].view(B, D) == x.select(1, i)
 #: (n == 1 is left out: then the slice is x, and select_size_one states the same equality backwards).
 SQUEEZED_UNIT_PIECE = Rule("remove_split_with_size_one/squeezed_unit_piece", "(Reshape (Narrow x d i 1 n) v)",
                            "(Select x d i n)", ("(> n 1)", "(= sh (shape x))", "(= v (vec-remove sh d))"))
 
-remove_split_with_size_one_pass = Pattern(
-    name="remove_split_with_size_one_pass",
-    levels=("pre_grad", "post_grad"),
-    kind="vertical",
-    rules=(
-        Rule("remove_split_with_size_one/narrow_full", "(Narrow x d 0 n n)", "x", ("(= sh (shape x))",)),
-        Rule("remove_split_with_size_one/select_size_one", "(Select x d 0 1)", "(Reshape x (vec-remove sh d))",
-             ("(= sh (shape x))",)),
-        SQUEEZED_UNIT_PIECE,
-    ),
-    doc="""A split with one section, or an unbind of a size-1 dim, is the tensor itself (or a squeeze); a
+remove_split_with_size_one_pass = vertical("remove_split_with_size_one_pass", BOTH_LEVELS, rules=(
+    Rule("remove_split_with_size_one/narrow_full", "(Narrow x d 0 n n)", "x", ("(= sh (shape x))",)),
+    Rule("remove_split_with_size_one/select_size_one", "(Select x d 0 1)", "(Reshape x (vec-remove sh d))",
+         ("(= sh (shape x))",)),
+    SQUEEZED_UNIT_PIECE,
+), doc="""A split with one section, or an unbind of a size-1 dim, is the tensor itself (or a squeeze); a
     size-1 split piece squeezed is an unbind piece (upstream does this one in split_cat_pass's
     merge_split_squeeze; here it comes first so that the stack rules see unbind pieces).
 
     torch.split(x, 4, 1)[0]  where x: [B, 4]   =>  x
     torch.unbind(x, 1)[0]    where x: [B, 1, D] =>  x.reshape(B, D)
     torch.split(x, 1, 1)[i].squeeze(1)          =>  x.select(1, i)
-    """,
-)
+    """)
 
-merge_splits_pass = Pattern(
-    name="merge_splits_pass",
-    levels=("pre_grad", "post_grad"),
-    kind="vertical",
-    rules=(
-        Rule("merge_splits/narrow_narrow", "(Narrow (Narrow x d s1 l1 n) d s2 l2 m)", "(Narrow x d (+ s1 s2) l2 n)",
-             ("(= sh (shape x))",)),
-        Rule("merge_splits/select_narrow", "(Select (Narrow x d s l n) d i m)", "(Select x d (+ s i) n)",
-             ("(= sh (shape x))",)),
-    ),
-    doc="""A split of a split piece along the same dim is one split of the original tensor.
+merge_splits_pass = vertical("merge_splits_pass", BOTH_LEVELS, rules=(
+    Rule("merge_splits/narrow_narrow", "(Narrow (Narrow x d s1 l1 n) d s2 l2 m)", "(Narrow x d (+ s1 s2) l2 n)",
+         ("(= sh (shape x))",)),
+    Rule("merge_splits/select_narrow", "(Select (Narrow x d s l n) d i m)", "(Select x d (+ s i) n)",
+         ("(= sh (shape x))",)),
+), doc="""A split of a split piece along the same dim is one split of the original tensor.
 
     a, b = torch.split(x, [4, 4], 1); c, d = torch.split(b, [1, 3], 1)
         =>  c = x[:, 4:5], d = x[:, 5:8]
-    """,
-)
+    """)
 
-split_of_cat_pass = Pattern(
-    name="split_of_cat_pass",
-    levels=("pre_grad",),
-    kind="vertical",
-    rules=(
-        Rule("split_of_cat/whole_input", "(Narrow (Cat L) d s l n)", "x",
-             ("(CatOffset L (Cons d x R) d s)", "(= shx (shape x))", "(= l (vec-get shx d))", "(> l 0)")),
-    ),
-    doc="""A split piece of a cat that is exactly one of the cat's inputs is that input (no pass of
+split_of_cat_pass = vertical("split_of_cat_pass", PRE_GRAD, rules=(
+    Rule("split_of_cat/whole_input", "(Narrow (Cat L) d s l n)", "x",
+         ("(CatOffset L (Cons d x R) d s)", "(= shx (shape x))", "(= l (vec-get shx d))", "(> l 0)")),
+), doc="""A split piece of a cat that is exactly one of the cat's inputs is that input (no pass of
     upstream Optimus; Inductor's pointwise cat lowering gets the same effect when the cat has at most
     ``max_pointwise_cat_inputs`` inputs, by inlining the cat into its readers).
 
@@ -102,13 +80,9 @@ split_of_cat_pass = Pattern(
     Pre-grad only: in a backward graph the gradient of a cat is split, and those pieces are graph
     outputs whose strides Inductor has fixed (views of the cat); the post-grad lowering cannot re-stride
     an output, so the rewrite would make the whole graph fall back.
-    """,
-)
+    """)
 
-unbind_stack_pass = Pattern(
-    name="unbind_stack_pass",
-    levels=("pre_grad",),
-    kind="vertical",
+unbind_stack_pass = vertical("unbind_stack_pass", PRE_GRAD,
     rules=(Rule("unbind_stack/unsqueeze_select", "(Unsqueeze (Select x d i n) d)", "(Narrow x d i 1 n)",
                 ("(= sh (shape x))",)),),
     doc="""A stacked unbind piece is a length-1 slice, so unbind -> stack in order folds to the tensor.
@@ -116,37 +90,36 @@ unbind_stack_pass = Pattern(
     torch.stack(torch.unbind(x, 1), 1)       =>  x
     torch.stack([x.unbind(1)[2], x.unbind(1)[0]], 1)  =>  cat of x[:, 2:3] and x[:, 0:1] (a permuted
         stack keeps its order; no fold)
-    """,
-)
+    """)
 
-unbind_stack_to_slices_pass = Pattern(
-    name="unbind_stack_to_slices_pass",
-    levels=("pre_grad",),
-    kind="vertical",
-    rules=(
-        Rule(
-            "unbind_stack_to_slices/other_dim",
-            "(Unsqueeze (Select x d i n) c)",
-            "(Unsqueeze (Select (Permute x p) c i n) c)",
-            ("(!= c d)", "(= sh (shape x))", "(= p (MovePerm (vec-length sh) d c))"),
-        ),
-    ),
-    doc="""Unbind pieces stacked along another dim are slices of a permuted view.
+#: the guard of ``x.select(d, i) == x.movedim(d, c).select(c, i)`` (c != d; p: the movedim's permutation)
+_MOVED_SELECT = ("(!= c d)", "(= sh (shape x))", "(= p (MovePerm (vec-length sh) d c))")
+
+unbind_stack_to_slices_pass = vertical("unbind_stack_to_slices_pass", PRE_GRAD, rules=(
+    Rule("unbind_stack_to_slices/other_dim", "(Unsqueeze (Select x d i n) c)",
+         "(Unsqueeze (Select (Permute x p) c i n) c)",
+         _MOVED_SELECT),
+), doc="""Unbind pieces stacked along another dim are slices of a permuted view.
 
     x: [B, N, D];  torch.stack(torch.unbind(x, 1), 2)  =>  x.permute(0, 2, 1)
     (x.select(1, i) is x.movedim(1, 2).select(2, i); stacked along 2 they become adjacent slices)
-    """,
-)
+    """)
+
+
+def _pieces_view(rank: int, dim: int) -> str:
+    """egglog text of x's shape ``sh`` (of ``rank``) with dim ``dim`` split into [n/l, l]: the view of x in
+    which the equal pieces x.split(l, dim) are the rows along ``dim``."""
+    sizes = [f"(vec-get sh {i})" for i in range(dim)] + ["(/ n l)", "l"] + \
+            [f"(vec-get sh {i})" for i in range(dim + 1, rank)]
+    return f"(vec-of {' '.join(sizes)})"
 
 
 def _split_stack_rule(rank: int, dim: int) -> Rule:
     """``Unsqueeze(Narrow(x, dim, s, l, n), dim)`` is a length-1 slice of x viewed as [.., n/l, l, ..]."""
-    sizes = [f"(vec-get sh {i})" for i in range(dim)] + ["(/ n l)", "l"] + \
-            [f"(vec-get sh {i})" for i in range(dim + 1, rank)]
     return Rule(
         f"split_stack_to_cats/rank{rank}_dim{dim}",
         f"(Unsqueeze (Narrow x {dim} s l n) {dim})",
-        f"(Narrow (Reshape x (vec-of {' '.join(sizes)})) {dim} (/ s l) 1 (/ n l))",
+        f"(Narrow (Reshape x {_pieces_view(rank, dim)}) {dim} (/ s l) 1 (/ n l))",
         ("(= sh (shape x))", f"(= (vec-length sh) {rank})", "(> l 0)", "(>= n 0)", "(= (% s l) 0)", "(= (% n l) 0)"),
     )
 
@@ -154,21 +127,16 @@ def _split_stack_rule(rank: int, dim: int) -> Rule:
 def _split_stack_other_dim_rule(rank: int, dim: int) -> Rule:
     """``Unsqueeze(Narrow(x, dim, s, l, n), c)``, c != dim, is a length-1 slice at c of x viewed as
     [.., n/l, l, ..] with the n/l dim moved to c (stacking along c the pieces x.split(l, dim))."""
-    sizes = [f"(vec-get sh {i})" for i in range(dim)] + ["(/ n l)", "l"] + \
-            [f"(vec-get sh {i})" for i in range(dim + 1, rank)]
     return Rule(
         f"split_stack_to_cats/rank{rank}_dim{dim}_other",
         f"(Unsqueeze (Narrow x {dim} s l n) c)",
-        f"(Narrow (Permute (Reshape x (vec-of {' '.join(sizes)})) p) c (/ s l) 1 (/ n l))",
+        f"(Narrow (Permute (Reshape x {_pieces_view(rank, dim)}) p) c (/ s l) 1 (/ n l))",
         ("(!= c " + str(dim) + ")", "(= sh (shape x))", f"(= (vec-length sh) {rank})", "(> l 0)", "(>= n 0)",
          "(= (% s l) 0)", "(= (% n l) 0)", f"(= p (MovePerm {rank + 1} {dim} c))"),
     )
 
 
-split_stack_to_cats_pass = Pattern(
-    name="split_stack_to_cats_pass",
-    levels=("pre_grad",),
-    kind="vertical",
+split_stack_to_cats_pass = vertical("split_stack_to_cats_pass", PRE_GRAD,
     rules=tuple(_split_stack_rule(r, d) for r in range(1, MAX_RANK) for d in range(r))
     + tuple(_split_stack_other_dim_rule(r, d) for r in range(1, MAX_RANK) for d in range(r)),
     doc="""Equal split pieces stacked along the split dim are slices of an unflattening view; stacked
@@ -176,29 +144,17 @@ split_stack_to_cats_pass = Pattern(
 
     x: [B, N * D];  torch.stack(torch.split(x, D, 1), 1)  =>  x.view(B, N, D)
     x: [B, N * D];  torch.stack(torch.split(x, D, 1), 0)  =>  x.view(B, N, D).permute(1, 0, 2)
-    (the second is how the stacked inputs of a batch_linear over split pieces become a view)
-    """,
-)
+    (the second is how the stacked inputs of a batched linear over split pieces become a view)
+    """)
 
-unbind_cat_to_view_pass = Pattern(
-    name="unbind_cat_to_view_pass",
-    levels=("pre_grad",),
-    kind="vertical",
-    rules=(
-        Rule(
-            "unbind_cat_to_view/select_in_cat",
-            "(Cons d (Select x d i n) R)",
-            "(Cons d (Narrow (Reshape x (vec-set (vec-remove sh d) d (* n k))) d (* i k) k (* n k)) R)",
-            ("(= sh (shape x))", "(< (+ d 1) (vec-length sh))", "(= k (vec-get sh (+ d 1)))", "(>= k 0)", "(>= n 0)"),
-        ),
-        Rule(
-            "unbind_cat_to_view/other_dim",
-            "(Cons c (Select x d i n) R)",
-            "(Cons c (Select (Permute x p) c i n) R)",
-            ("(!= c d)", "(= sh (shape x))", "(= p (MovePerm (vec-length sh) d c))"),
-        ),
-    ),
-    doc="""Unbind pieces concatenated along the unbind dim are slices of a flattening view; along another
+unbind_cat_to_view_pass = vertical("unbind_cat_to_view_pass", PRE_GRAD, rules=(
+    Rule("unbind_cat_to_view/select_in_cat", "(Cons d (Select x d i n) R)",
+         "(Cons d (Narrow (Reshape x (vec-set (vec-remove sh d) d (* n k))) d (* i k) k (* n k)) R)",
+         ("(= sh (shape x))", "(< (+ d 1) (vec-length sh))", "(= k (vec-get sh (+ d 1)))", "(>= k 0)", "(>= n 0)")),
+    Rule("unbind_cat_to_view/other_dim", "(Cons c (Select x d i n) R)",
+         "(Cons c (Select (Permute x p) c i n) R)",
+         _MOVED_SELECT),
+), doc="""Unbind pieces concatenated along the unbind dim are slices of a flattening view; along another
     dim c, first x.select(d, i) == x.movedim(d, c).select(c, i).
 
     x: [B, N, D];  torch.cat(torch.unbind(x, 1), 1)  =>  x.reshape(B, N * D)
@@ -206,9 +162,8 @@ unbind_cat_to_view_pass = Pattern(
     x: [N, B, D];  torch.cat(torch.unbind(x, 0), 1)  =>  x.permute(1, 0, 2).reshape(B, N * D)
     (along another dim c: x.select(d, i) is x.movedim(d, c).select(c, i), then as above)
     Y: [N, B, O];  torch.cat(torch.unbind(Y, 0), 1)  =>  Y.permute(1, 0, 2).reshape(B, N * O)
-    (the cat after a batch_linear over split pieces)
-    """,
-)
+    (the cat after a batched linear over split pieces)
+    """)
 
 _FULL_RUN = Rule("split_cat/full_run", _HEAD, "(Cons d x R2)", _RUN + ("(= s 0)", "(= e n)"))
 
@@ -251,11 +206,7 @@ def _cat_other_dim_rule(dim: int, full: bool) -> Rule:
     )
 
 
-split_cat_pass = Pattern(
-    name="split_cat_pass",
-    levels=("pre_grad",),
-    kind="vertical",
-    rules=(_FULL_RUN,)
+split_cat_pass = vertical("split_cat_pass", PRE_GRAD, rules=(_FULL_RUN,)
     + tuple(_cat_other_dim_rule(d, full) for d in range(MAX_RANK - 1) for full in (True, False)),
     doc="""A cat of all split pieces of x in order, along the split dim, is x itself; extra cat inputs
     before or after the run stay. A cat that holds only equal split pieces in order, along another dim,
@@ -269,43 +220,29 @@ split_cat_pass = Pattern(
     (a copy, like the cat it replaces: one kernel either way. Only when the pieces are the whole cat: with
     other inputs the flatten would be a copy more, which upstream pays and we do not. A run over part of
     x, e.g. pieces 1 and 2 of the 8 above, starts from the narrow x[:, 4:12].)
-    """,
-)
+    """)
 
-merge_getitem_cat_pass = Pattern(
-    name="merge_getitem_cat_pass",
-    levels=("pre_grad",),
-    kind="vertical",
-    rules=(
-        Rule("merge_getitem_cat/prefix_run", _HEAD, _MERGED, _RUN + ("(= s 0)", "(!= e n)")),
-        Rule("merge_getitem_cat/inner_run", _HEAD, _MERGED, _RUN + ("(!= s 0)",)),
-    ),
-    doc="""Adjacent split pieces inside a cat merge into one slice (the cat keeps its other inputs).
+merge_getitem_cat_pass = vertical("merge_getitem_cat_pass", PRE_GRAD, rules=(
+    Rule("merge_getitem_cat/prefix_run", _HEAD, _MERGED, _RUN + ("(= s 0)", "(!= e n)")),
+    Rule("merge_getitem_cat/inner_run", _HEAD, _MERGED, _RUN + ("(!= s 0)",)),
+), doc="""Adjacent split pieces inside a cat merge into one slice (the cat keeps its other inputs).
 
     a, b, c, d = torch.split(x, 2, 1); torch.cat([b, c, y], 1)  =>  torch.cat([x[:, 2:6], y], 1)
-    """,
-)
+    """)
 
-mutate_cat_pass = Pattern(
-    name="mutate_cat_pass",
-    levels=("pre_grad",),
-    kind="vertical",
+mutate_cat_pass = vertical("mutate_cat_pass", PRE_GRAD,
     rules=(Rule("mutate_cat/single_input", "(Cat (Cons d a (Nil)))", "a", ("(= sh (shape a))",)),),
     doc="""A cat left with a single input (after its pieces merged) is that input: a copy becomes a view.
 
     a, b, c, d = torch.split(x, 2, 1); torch.cat([b, c], 1)  =>  x[:, 2:6]
-    """,
-)
+    """)
 
 #: split_cat_pass without its other-dim rules, for the patterns that reuse its run algebra (upstream's
 #: split_cat_to_slices and the post-grad split/cat passes fold cats along the split dim only).
 split_cat_same_dim = replace(split_cat_pass, rules=(_FULL_RUN,))
 
 
-split_cat_to_slices_pass = Pattern(
-    name="split_cat_to_slices_pass",
-    levels=("pre_grad",),
-    kind="vertical",
+split_cat_to_slices_pass = vertical("split_cat_to_slices_pass", PRE_GRAD,
     rules=renamed("split_cat_to_slices", split_cat_same_dim.rules + merge_getitem_cat_pass.rules
                   + mutate_cat_pass.rules),
     doc="""Consecutive split pieces inside a cat become one slice of the split's input (all pieces: the
@@ -321,5 +258,4 @@ split_cat_to_slices_pass = Pattern(
     merge_getitem_cat_pass (partial run) and mutate_cat_pass (single input), under their own names so
     that it can be selected alone. ``threshold_to_cat`` is accepted and stored on the selection but not
     used: a merged run is never more expensive than its pieces (a view instead of a copy per piece).
-    """,
-)
+    """)

@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-from optimus_eq.registry import Pattern, Rule
+from optimus_eq.registry import BOTH_LEVELS, PRE_GRAD, Rule, vertical
 from optimus_eq.patterns.split_cat import run_base, unflatten_shape
 from optimus_eq.terms import MAX_RANK
 
-fold_view_chain = Pattern(
-    name="fold_view_chain",
-    levels=("pre_grad", "post_grad"),
-    kind="vertical",
-    rules=(
-        Rule("fold_view_chain/reshape_reshape", "(Reshape (Reshape x a) b)", "(Reshape x b)", ("(= sh (shape x))",)),
-        Rule("fold_view_chain/reshape_unsqueeze", "(Reshape (Unsqueeze x d) b)", "(Reshape x b)", ("(= sh (shape x))",)),
-        Rule("fold_view_chain/reshape_same", "(Reshape x sh)", "x", ("(= sh (shape x))",)),
-    ),
-    doc="""A reshape of a reshape is one reshape; a reshape to the same shape is the tensor itself.
+fold_view_chain = vertical("fold_view_chain", BOTH_LEVELS, rules=(
+    Rule("fold_view_chain/reshape_reshape", "(Reshape (Reshape x a) b)", "(Reshape x b)", ("(= sh (shape x))",)),
+    Rule("fold_view_chain/reshape_unsqueeze", "(Reshape (Unsqueeze x d) b)", "(Reshape x b)", ("(= sh (shape x))",)),
+    Rule("fold_view_chain/reshape_same", "(Reshape x sh)", "x", ("(= sh (shape x))",)),
+), doc="""A reshape of a reshape is one reshape; a reshape to the same shape is the tensor itself.
 
     x: [B, N*D];  x.view(B, N, D).flatten(1)  =>  x
-    """,
-)
+    """)
+
 
 def _unit_dim_rule(rank: int, pos: int) -> Rule:
     """``Reshape(y, shape(y) with a 1 inserted at pos)`` is ``Unsqueeze(y, pos)``."""
@@ -61,10 +56,7 @@ def _reshape_run_rule(dim: int, full: bool, at_front: bool) -> Rule:
     )
 
 
-move_reshape_out_of_split_stack_pass = Pattern(
-    name="move_reshape_out_of_split_stack_pass",
-    levels=("pre_grad",),
-    kind="vertical",
+move_reshape_out_of_split_stack_pass = vertical("move_reshape_out_of_split_stack_pass", PRE_GRAD,
     rules=tuple(_unit_dim_rule(r, k) for r in range(1, MAX_RANK) for k in range(r + 1))
     + tuple(_reshape_run_rule(d, full, front) for d in range(MAX_RANK - 1) for full in (True, False)
             for front in (True, False)),
@@ -78,7 +70,6 @@ move_reshape_out_of_split_stack_pass = Pattern(
         =>  x.reshape(50000, 5, 1).permute(1, 0, 2).reshape(5, 10000, 5)
     (a view where the pieces' reshapes are views, else one copy instead of one per piece; a run of at
     least two pieces inside a longer stack becomes one cell of it; a run of part of x is narrowed first.)
-    """,
-)
+    """)
 
 PATTERNS = (fold_view_chain, move_reshape_out_of_split_stack_pass)
