@@ -16,7 +16,7 @@ import oracle
 from conftest import check, dynamo_graph, rand
 from optimus_eq import DEFAULT_REGISTRY
 from optimus_eq.horizontal import HorizontalPattern, builders
-from optimus_eq.horizontal.patterns import decompose_gemv_pass
+from optimus_eq.horizontal.gemv import decompose_gemv_pass
 from optimus_eq.patterns import PatternRegistry
 
 

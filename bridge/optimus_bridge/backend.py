@@ -277,8 +277,8 @@ def _check_backend_arguments(post_grad_hook, inductor_config, post_grad_options,
 
 def _pattern_options_by_level(options: dict) -> dict[str, dict]:
     """``options["pattern_options"]`` split by the level each named pattern is registered at (a pattern of
-    both levels goes to both): one dictionary may hold the options of pre-grad patterns (``batch_linear``)
-    and of post-grad ones (``batch_linear_post_grad``), and each level's ``optimize`` rejects names it
+    both levels goes to both): one dictionary may hold the options of pre-grad patterns
+    and of post-grad ones (the batched linear of each level), and each level's ``optimize`` rejects names it
     does not run.
 
     Raises:

@@ -26,7 +26,7 @@ def optimize_exported(ep, example_inputs: tuple | None = None, strategy: str = "
             which ``torch.export.export`` records).
         strategy: as :func:`optimus_eq.optimize` (``"eqsat"``, ``"greedy"``, ...).
         decompose: run ``ep.run_decompositions()`` first (core ATen), so that ``aten.linear`` is an ``addmm``
-            the post-grad ``batch_linear`` matches.
+            the post-grad batched linear matches.
         **options: passed to :func:`optimus_eq.optimize` (``patterns`` are post-grad pattern names).
 
     Returns:

@@ -1,4 +1,4 @@
-"""The ``normalization_pass``: the op table of the Torch-IR translator, one handler per spelling.
+"""The pre-grad normalization (a canonical pattern): the op table of the Torch-IR translator, one handler per spelling.
 
 Canonical forms: split / chunk outputs and basic slices are ``Narrow(x, d, start, length, n)``, unbind outputs
 and integer indices are ``Select(x, d, i, n)``, ``stack`` is ``Cat`` of ``Unsqueeze``, every view-like reshape
@@ -132,7 +132,7 @@ class Normalization:
         if _fallback_random():  # the user wants eager's random stream
             raise Unsupported("dropout in training mode with fallback_random")
         # random: a term with a key of its own (never merged with another dropout), which
-        # batch_dropout may fuse (docs/DESIGN.md, "Horizontal fusion": random streams)
+        # the batched dropout may fuse (docs/DESIGN.md, "Horizontal fusion": random streams)
         return self._pure(node, name, val, unique=True)
 
     def _pure_op(self, node: Node, name: str, val, xv: int, x_val) -> int:

@@ -10,7 +10,7 @@ one ``let`` per node, or one rule of 100k lets, takes tens of seconds (../shared
 The translation, one job per module:
 
 * :mod:`optimus_bridge.translation`: the translated program (:class:`Translation`) and the writer of its rows;
-* :mod:`optimus_bridge.normalize`: the op table (the ``normalization_pass``: canonical forms of split / chunk /
+* :mod:`optimus_bridge.normalize`: the op table (the pre-grad normalization: canonical forms of split / chunk /
   unbind / cat / stack / slicing / views, and the keys and recipes of pure ops);
 * :mod:`optimus_bridge.aliasing`: the alias and mutation analysis that says which nodes stay as written;
 * :mod:`optimus_bridge.fx_meta`: reading a node's meta and arguments;

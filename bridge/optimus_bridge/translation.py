@@ -34,7 +34,7 @@ class Translation:
         opaque_keys: opaque key id -> the FX node it stands for.
         recipes: pure op key id -> :class:`Recipe`.
         roots: nodes whose terms must be extracted (graph outputs and opaque terms).
-        normalized: how many nodes were rewritten to a canonical form (normalization_pass firings).
+        normalized: how many nodes were rewritten to a canonical form (counted under the level's canonical pattern).
         frozen: nodes left opaque because of in-place mutation or a global-state region.
         barriers: first global-state change -> term nodes computed before it and used after it.
         symbolic: nodes left opaque because of symbolic sizes.

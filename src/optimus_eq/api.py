@@ -91,10 +91,10 @@ def optimize(
             as dynamo hands it to a backend) or ``"post_grad"``
             (an Aten-IR graph from AOTAutograd, nodes calling aten OpOverloads; the result calls aten
             OpOverloads too, with ``val`` meta, as Inductor's post-grad passes expect).
-        pre_grad_fusion_options: the built-in Optimus option dictionary (``{"split_cat_pass": {},
-            "batch_linear": {"min_fuse_set_size": 3}}``, as ``torch._inductor.config.
-            pre_grad_fusion_options``): its keys choose the patterns instead of ``patterns``, its values
-            are stored on them (:mod:`optimus_eq.options`).
+        pre_grad_fusion_options: the built-in Optimus option dictionary (``{pass name: {option: value}}``,
+            as ``torch._inductor.config.pre_grad_fusion_options``; README, "Options in the built-in Optimus
+            format"): its keys choose the patterns instead of ``patterns``, its values are stored on them
+            (:mod:`optimus_eq.options`).
         post_grad_fusion_options: likewise for the post-grad level (chooses the patterns when ``level`` is
             ``"post_grad"``); both are validated.
         pattern_options: pattern name -> options of that pattern (horizontal patterns:
@@ -112,7 +112,7 @@ def optimize(
             dict, ``min_fuse_set_size="two"``, a ``cost_model`` that is not one).
         NotImplementedError: for a built-in Optimus pass name that optimus_eq does not implement yet.
 
-    ``patterns`` may also be a single name (``patterns="split_cat_pass"``).
+    ``patterns`` may also be a single pattern name (a string).
 
     Any failure inside translation, search, extraction or lowering returns the original graph with
     one warning naming the cause (``report.fallback``); the user's model is never made wrong.
@@ -360,9 +360,9 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
         egraph.insert(tr.rows)
         report.left_opaque = len(kept_ops(tr))
         report.kept_reasons = kept_reasons(tr, level)
-        canonical = "normalization_pass" if level == "pre_grad" else "normalization_aten_pass"
-        if tr.normalized and canonical in {p.name for p in patterns}:
-            report.patterns_fired[canonical] = tr.normalized
+        for canonical in (p.name for p in patterns if p.kind == "canonical" and level in p.levels):
+            if tr.normalized:  # the translator's canonical forms: counted under the level's canonical pattern
+                report.patterns_fired[canonical] = tr.normalized
         report.times["translate"] = (t1 := time.perf_counter()) - t0
         cpu["translate"] = (c1 := time.process_time()) - c0
 

@@ -34,8 +34,8 @@ Execution modes. ``launch_us`` is what one kernel costs in the way the compiled 
   and 128 row sums captured in one CUDA graph), so bytes weigh ten times more against launches.
   ``optimus_eq.backend`` picks it when the user compiles with CUDA graphs and passed no ``cost_model``.
 
-Embedding lookups (``F.embedding_bag`` / ``F.embedding``, batched by ``batch_embedding_bag`` /
-``batch_embedding``) are ``Apply`` ops like any other: one kernel writing the output. The rows they read
+Embedding lookups (``F.embedding_bag`` / ``F.embedding``, batched by the embedding
+family, horizontal/embedding.py) are ``Apply`` ops like any other: one kernel writing the output. The rows they read
 are the same in the n lookups and in the one fused lookup, so they cancel out of every comparison and are
 not priced; what the fused form adds is priced by its own e-nodes: the ``Cat`` of the tables, a copy of
 every table on every call (launch + read + write: in training, every step), and one op that shifts and

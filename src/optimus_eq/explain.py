@@ -42,9 +42,8 @@ from optimus_eq.modelrun import GraphRun, ModelSpec, StrategyRun, eager_result, 
 from optimus_eq.patterns import DEFAULT_REGISTRY
 from optimus_eq.pictures import MAX_PICTURE_NODES, dot_available, draw, pattern_borders, picture_colours
 
-#: horizontal pattern -> op kinds it batches (pre-grad; the report's op kinds)
-BATCHED_KINDS = {"batch_linear": ("linear",), "batch_linear_lhs": ("linear",), "batch_layernorm": ("layer_norm",),
-                 "batch_embedding_bag": ("embedding_bag",), "batch_embedding": ("embedding",)}
+#: horizontal pattern -> op kinds it batches (pre-grad; the report's op kinds): ``HorizontalPattern.batches``
+BATCHED_KINDS = {p.name: p.batches for p in DEFAULT_REGISTRY if getattr(p, "batches", ())}
 
 
 @dataclass(frozen=True)

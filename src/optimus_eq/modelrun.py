@@ -42,8 +42,8 @@ JUNK = Report.JUNK
 
 def horizontal_options(level: str, min_fuse_set_size: int | None) -> dict[str, Any]:
     """:func:`optimus_eq.optimize`'s options that set ``min_fuse_set_size`` on every horizontal pattern of
-    ``level`` that batches groups (the groups-of-one rewrites, ``einsum_to_pointwise_pass`` and
-    ``decompose_mm_pass``, keep theirs); ``{}`` for None (Optimus' default of 5)."""
+    ``level`` that batches groups (the groups-of-one rewrites, ``max_fuse_set_size`` 1,
+    keep theirs); ``{}`` for None (Optimus' default of 5)."""
     if min_fuse_set_size is None:
         return {}
     names = [p.name for p in DEFAULT_REGISTRY if p.kind == "horizontal" and level in p.levels

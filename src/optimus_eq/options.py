@@ -2,8 +2,8 @@
 
 PyTorch's Optimus passes are switched on with two Inductor settings (torch/_inductor/config.py)::
 
-    torch._inductor.config.pre_grad_fusion_options = {"split_cat_pass": {}, "batch_linear": {"min_fuse_set_size": 3}}
-    torch._inductor.config.post_grad_fusion_options = {"batch_aten_add": {}}
+    torch._inductor.config.pre_grad_fusion_options = {<pass name>: {<option>: <value>, ...}, ...}
+    torch._inductor.config.post_grad_fusion_options = {<pass name>: {}, ...}
 
 Each key names a pass (the Optimus name), each value is that pass's option dictionary
 (``min_fuse_set_size``, ``max_fuse_set_size``, ``threshold_to_cat``, ``counter``, ...). ``optimize`` and
@@ -21,8 +21,9 @@ note in ``Report.notes`` (:func:`option_notes`):
 * Inductor settings that only travel in the dictionary (:data:`PASSED_TO_INDUCTOR`: ``pad_aten_mm_pass``,
   ``shape_padding_multiplier``, read by pad_mm.py; ``activation_quantization_aten_pass``,
   ``inductor_autotune_lookup_table``): no pattern here; the backend passes them to Inductor;
-* ``group_linear`` (upstream: ``fbgemm.gmm`` of linears of any shapes): selects
-  ``batch_linear_post_grad`` (one ``bmm`` per group of equal shapes, no fbgemm), with its options.
+* a built-in name that a pattern here stands in for (``Pattern.aliases``: upstream's ``group_linear``,
+  ``fbgemm.gmm`` of linears of any shapes, is done by the post-grad batched linear, one ``bmm`` per group of
+  equal shapes, no fbgemm): selects that pattern, with its options.
 
 A built-in name that is none of these and not implemented raises ``NotImplementedError``.
 """
@@ -33,49 +34,42 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Iterable
 
+from optimus_eq.patterns import DEFAULT_REGISTRY
 from optimus_eq.registry import LEVELS, Pattern, PatternRegistry
+
+#: Built-in names that no pattern of ours carries (pre-grad: registered upstream with no pattern; post-grad:
+#: Inductor settings, and the group fusion that a pattern of ours stands in for under its ``aliases``).
+_UPSTREAM_ONLY = {
+    "pre_grad": ("merge_stack_tahn_unbind_pass",),
+    "post_grad": ("shape_padding_multiplier", "pad_aten_mm_pass", "activation_quantization_aten_pass",
+                  "inductor_autotune_lookup_table"),
+}
+
+
+def _builtin_names(level: str) -> tuple[str, ...]:
+    """The static list of the pass names the built-in accepts at ``level`` (torch 2.13): the registered
+    patterns that carry a built-in name (``Pattern.builtin``), their ``aliases``, and :data:`_UPSTREAM_ONLY`."""
+    ours = [p for p in DEFAULT_REGISTRY if level in p.builtin]
+    return (*(p.name for p in ours), *(a for p in ours for a in p.aliases), *_UPSTREAM_ONLY[level])
+
 
 #: Pass names the built-in accepts in ``pre_grad_fusion_options`` (torch 2.13:
 #: torch/_inductor/fx_passes/split_cat.py ``pre_grad_pass_names`` and group_batch_fusion.py
 #: ``PRE_GRAD_FUSIONS``).
-UPSTREAM_PRE_GRAD = (
-    "normalization_pass", "remove_split_with_size_one_pass", "merge_getitem_cat_pass",
-    "merge_stack_tahn_unbind_pass", "merge_splits_pass", "mutate_cat_pass", "split_cat_pass",
-    "unbind_stack_pass", "split_cat_to_slices_pass", "unbind_cat_to_view_pass", "split_stack_to_cats_pass",
-    "unbind_stack_to_slices_pass", "move_reshape_out_of_split_stack_pass", "einsum_to_pointwise_pass",
-    "batch_linear_lhs", "batch_linear", "batch_layernorm", "batch_tanh", "batch_sigmoid", "batch_relu",
-    "batch_detach", "batch_nan_to_num", "batch_clamp", "batch_dropout",
-)
+UPSTREAM_PRE_GRAD = _builtin_names("pre_grad")
 
 #: Pass names the built-in accepts in ``post_grad_fusion_options`` (torch 2.13: split_cat.py
 #: ``post_grad_pass_names``, group_batch_fusion.py ``POST_GRAD_FUSIONS`` and
 #: ``OPTIMUS_EXCLUDE_POST_GRAD``).
-UPSTREAM_POST_GRAD = (
-    "normalization_aten_pass", "decompose_mm_pass", "unbind_stack_aten_pass", "shape_padding_multiplier",
-    "pad_aten_mm_pass", "split_cat_aten_pass", "select_cat_aten_pass", "move_view_after_cat_aten_pass",
-    "batch_linear_post_grad", "group_linear", "batch_aten_tanh", "batch_aten_sigmoid", "batch_aten_relu",
-    "batch_aten_add", "batch_aten_sub", "batch_aten_div", "batch_aten_mul",
-    "activation_quantization_aten_pass", "inductor_autotune_lookup_table",
-)
+UPSTREAM_POST_GRAD = _builtin_names("post_grad")
 
 
 #: Patterns of ours that do part of the job of a built-in pass of the same option name, selected with
-#: it (empty options unless named too). Upstream's split_cat_pass also folds split -> stack (any dim) and
-#: split -> squeeze -> stack (``simplify_split_cat``, ``merge_split_squeeze``); unbind_stack_pass folds
-#: unbind -> stack/cat along any dim (``merge_unbind_stack``); the *_to_slices / *_to_view / *_to_cats
-#: passes remove the cat they rewrite, which here is the run algebra's job (split_cat_pass,
-#: merge_getitem_cat_pass, mutate_cat_pass).
-UPSTREAM_SCOPE: dict[str, tuple[str, ...]] = {
-    "split_cat_pass": ("remove_split_with_size_one_pass", "split_stack_to_cats_pass", "unbind_stack_to_slices_pass",
-                       "unbind_stack_pass", "merge_getitem_cat_pass", "mutate_cat_pass"),
-    "unbind_stack_pass": ("unbind_stack_to_slices_pass", "unbind_cat_to_view_pass", "split_cat_pass",
-                          "merge_getitem_cat_pass", "mutate_cat_pass"),
-    "unbind_stack_to_slices_pass": ("unbind_stack_pass", "split_cat_pass", "merge_getitem_cat_pass", "mutate_cat_pass"),
-    "unbind_cat_to_view_pass": ("split_cat_pass", "merge_getitem_cat_pass", "mutate_cat_pass"),
-    "split_stack_to_cats_pass": ("unbind_stack_pass", "split_cat_pass", "merge_getitem_cat_pass", "mutate_cat_pass"),
-    "move_reshape_out_of_split_stack_pass": ("split_stack_to_cats_pass", "fold_view_chain", "split_cat_pass",
-                                             "merge_getitem_cat_pass", "mutate_cat_pass"),
-}
+#: it (empty options unless named too), read off each built-in pattern's ``also``: upstream's passes do more
+#: than their names say (its split/cat pass also folds split -> stack and split -> squeeze -> stack, its
+#: unbind/stack pass folds along any dim, and its *_to_slices / *_to_view / *_to_cats passes remove the cat
+#: they rewrite, which here is the run algebra's job).
+UPSTREAM_SCOPE: dict[str, tuple[str, ...]] = {p.name: p.also for p in DEFAULT_REGISTRY if p.also}
 
 
 #: Built-in post-grad names that are Inductor settings, not Optimus pattern passes: pad_mm.py reads
@@ -85,9 +79,10 @@ UPSTREAM_SCOPE: dict[str, tuple[str, ...]] = {
 PASSED_TO_INDUCTOR = frozenset({"pad_aten_mm_pass", "shape_padding_multiplier", "activation_quantization_aten_pass",
                                 "inductor_autotune_lookup_table"})
 
-#: Built-in names done here by another pattern: upstream's ``group_linear`` (GroupLinearFusion) groups
-#: aten.mm/addmm into one ``fbgemm.gmm``; here equal-shape groups become one ``bmm``/``baddbmm``.
-ALIASES = {"group_linear": "batch_linear_post_grad"}
+
+def _aliases(registry: PatternRegistry) -> dict[str, tuple[str, str]]:
+    """Built-in names done here by another pattern (``Pattern.aliases``): name -> (pattern, note)."""
+    return {a: (p.name, note) for p in registry for a, note in p.aliases.items()}
 
 #: Built-in names under which the built-in registers no pattern (torch 2.13), when the installed torch
 #: cannot be read (:func:`empty_upstream_names`).
@@ -112,13 +107,13 @@ def option_notes(registry: PatternRegistry, fusion_options: Mapping | None, leve
     """One note per name of ``fusion_options`` (a checked option dictionary of ``level``) that is accepted
     without a pattern of that name here (module docstring), for ``Report.notes``."""
     ours = {p.name for p in registry if level in p.levels}
+    aliases = _aliases(registry)
     notes = []
     for name in fusion_options or {}:
         if name in ours:
             continue
-        if name in ALIASES:
-            notes.append(f"{name}: done by {ALIASES[name]} (groups of equal shapes as one bmm; no fbgemm); "
-                         "groups of different shapes are left")
+        if name in aliases:
+            notes.append(f"{name}: done by {aliases[name][0]} {aliases[name][1]}")
         elif name in PASSED_TO_INDUCTOR:
             notes.append(f"{name}: an Inductor setting, no pattern here; the optimus_eq backend passes it to "
                          "Inductor's post_grad_fusion_options")
@@ -146,7 +141,8 @@ def upstream_names(level: str) -> frozenset[str]:
 
 #: Pass names listed in split_cat.py that are not Optimus split/cat or batch fusions (they come from
 #: decompose_mem_bound_mm.py and pad_mm.py and only register their names there); left off.
-_NOT_OPTIMUS = frozenset({"decompose_mm_pass", "pad_aten_mm_pass", "shape_padding_multiplier"})
+_NOT_OPTIMUS = frozenset({"pad_aten_mm_pass", "shape_padding_multiplier",
+                          *(p.name for p in DEFAULT_REGISTRY if not p.builtin_optimus)})
 
 
 def optimus_fusion_options() -> tuple[dict[str, dict], dict[str, dict]]:
@@ -154,8 +150,8 @@ def optimus_fusion_options() -> tuple[dict[str, dict], dict[str, dict]]:
     the built-in passes all on (the demo's ``builtin`` column, the bench's ``inductor-optimus`` strategy).
 
     Read from torch/_inductor/fx_passes/group_batch_fusion.py (``PRE_GRAD_FUSIONS``,
-    ``POST_GRAD_FUSIONS``: batch_linear, batch_layernorm, batch_relu, ...) and split_cat.py
-    (``PRE_GRAD_PATTERNS``, ``POST_GRAD_PATTERNS``: normalization_pass, merge_splits_pass, ...), each with
+    ``POST_GRAD_FUSIONS``: the batch fusions) and split_cat.py (``PRE_GRAD_PATTERNS``,
+    ``POST_GRAD_PATTERNS``: the split/cat passes), each with
     default options (``{}``), minus the few non-Optimus names in ``_NOT_OPTIMUS``. Group fusions
     (``GroupFusion`` subclasses such as ``group_linear``, which emit ``torch.ops.fbgemm.gmm``) get
     ``{"require_fbgemm": True}``, so Inductor runs them only where fbgemm_gpu is installed.
@@ -197,6 +193,7 @@ def select_from_options(registry: PatternRegistry, fusion_options: Mapping, leve
     if not isinstance(fusion_options, Mapping):
         raise TypeError(f"{key} must be a dict of pass name -> option dict, got {type(fusion_options).__name__}")
     ours = {p.name for p in registry if level in p.levels}
+    aliases = _aliases(registry)
     upstream = upstream_names(level)
     other = "post_grad" if level == "pre_grad" else "pre_grad"
     for name, opts in fusion_options.items():
@@ -204,7 +201,7 @@ def select_from_options(registry: PatternRegistry, fusion_options: Mapping, leve
             raise TypeError(f"{key}[{name!r}] must be a dict of options, got {type(opts).__name__}")
         if name in ours:
             continue
-        if name in ALIASES and ALIASES[name] in ours:
+        if name in aliases and aliases[name][0] in ours:
             continue
         if name in upstream and (name in PASSED_TO_INDUCTOR or name in _EMPTY_UPSTREAM
                                  or name in empty_upstream_names(level)):
@@ -218,7 +215,7 @@ def select_from_options(registry: PatternRegistry, fusion_options: Mapping, leve
         raise ValueError(f"unknown pass {name!r} in {key}; valid names: {sorted(ours | upstream)}")
     chosen = set(fusion_options)
     given = dict(fusion_options)
-    for name, target in ALIASES.items():
+    for name, (target, _) in aliases.items():
         if name in fusion_options and target in ours:
             chosen.add(target)
             given[target] = {**fusion_options[name], **fusion_options.get(target, {})}

@@ -52,13 +52,27 @@ def renamed(prefix: str, rules: Iterable[Rule]) -> tuple[Rule, ...]:
 class Pattern:
     """A named rewrite pattern.
 
+    Everything about one pattern is declared here, in the module of its family, so that a pattern name
+    occurs in one module of the project (tests/test_house.py): the tables that other modules need (the
+    built-in option names, what a built-in pass also selects, explain's batchable ops) are read off these
+    fields.
+
     Attributes:
-        name: the Optimus option name where one exists (``split_cat_pass``, ``unbind_stack_pass``, ...).
+        name: the Optimus option name where one exists (as in ``pre_grad_fusion_options``).
         levels: IR levels it applies to, a subset of ``("pre_grad", "post_grad")``.
         kind: ``"vertical"`` (rewrites a chain), ``"horizontal"`` (fuses independent ops) or
             ``"canonical"`` (realized by the bridge's canonical forms: the translator or the lowering).
         rules: the egglog rewrites; empty for canonical patterns.
         doc: what it does, with a tiny before/after example.
+        options: its option dictionary (Optimus' option names), as selected.
+        builtin: the levels at which the built-in Optimus (torch 2.13) accepts this name in its option
+            dictionary; ``()`` for a pattern of ours only.
+        builtin_optimus: False when the built-in lists the name with its passes but it is not an Optimus pass
+            (left out of :func:`optimus_eq.options.optimus_fusion_options`).
+        also: for a built-in pass, the names of our patterns that do part of its job and are selected with
+            it by its option name (:data:`optimus_eq.options.UPSTREAM_SCOPE`).
+        aliases: built-in option names this pattern stands in for -> the note :func:`optimus_eq.options.
+            option_notes` gives when one is selected.
     """
 
     name: str
@@ -67,20 +81,25 @@ class Pattern:
     rules: tuple[Rule, ...]
     doc: str
     options: dict = field(default_factory=dict, compare=False)
+    builtin: tuple[str, ...] = ()
+    builtin_optimus: bool = True
+    also: tuple[str, ...] = ()
+    aliases: dict = field(default_factory=dict, compare=False)
 
 
 #: the ``levels`` of a pattern: Torch-IR only, Aten-IR only, or both
 PRE_GRAD, POST_GRAD, BOTH_LEVELS = ("pre_grad",), ("post_grad",), ("pre_grad", "post_grad")
 
 
-def vertical(name: str, levels: tuple[str, ...], rules: Iterable[Rule], doc: str) -> Pattern:
-    """A vertical pattern (kind ``"vertical"``): ``rules`` rewrite a chain of ops; ``doc`` as in :class:`Pattern`."""
-    return Pattern(name=name, levels=levels, kind="vertical", rules=tuple(rules), doc=doc)
+def vertical(name: str, levels: tuple[str, ...], rules: Iterable[Rule], doc: str, **fields) -> Pattern:
+    """A vertical pattern (kind ``"vertical"``): ``rules`` rewrite a chain of ops; ``doc`` and ``fields``
+    (``builtin``, ``also``, ...) as in :class:`Pattern`."""
+    return Pattern(name=name, levels=levels, kind="vertical", rules=tuple(rules), doc=doc, **fields)
 
 
-def canonical(name: str, levels: tuple[str, ...], doc: str) -> Pattern:
+def canonical(name: str, levels: tuple[str, ...], doc: str, **fields) -> Pattern:
     """A canonical pattern (kind ``"canonical"``, no rules): realized by the bridge's canonical forms."""
-    return Pattern(name=name, levels=levels, kind="canonical", rules=(), doc=doc)
+    return Pattern(name=name, levels=levels, kind="canonical", rules=(), doc=doc, **fields)
 
 
 @dataclass(frozen=True)
@@ -99,6 +118,8 @@ class HorizontalPattern(Pattern):
             member with the term that equals it.
         options: ``min_fuse_set_size``, ``max_fuse_set_size``, ``max_fuse_search_depth`` (Optimus'
             names; defaults in :data:`optimus_eq.horizontal.DEFAULT_OPTIONS`).
+        batches: the op kinds (``Report.ops_before``'s) it batches, where not the name after ``batch_``:
+            ``optimus-eq explain`` lists such ops left unbatched.
     """
 
     kind: str = "horizontal"
@@ -106,6 +127,14 @@ class HorizontalPattern(Pattern):
     doc: str = ""
     group_key: Callable | None = field(default=None, compare=False)
     build: Callable | None = field(default=None, compare=False)
+    batches: tuple[str, ...] = ()
+
+
+def horizontal(name: str, levels: tuple[str, ...], group_key: Callable, build: Callable, doc: str,
+               **fields) -> HorizontalPattern:
+    """A horizontal pattern: ``group_key`` and ``build`` as in :class:`HorizontalPattern`, ``fields``
+    (``options``, ``builtin``, ``batches``, ...) as there."""
+    return HorizontalPattern(name=name, levels=levels, group_key=group_key, build=build, doc=doc, **fields)
 
 
 class PatternRegistry:

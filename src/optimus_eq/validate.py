@@ -9,7 +9,7 @@ Ranges: ``Limits`` checks its own fields (:class:`optimus_eq.egraph.Limits`); ``
 ``ilp_max_nodes`` >= 0; horizontal options (Optimus' ``graph_search_options`` names) ``min_fuse_set_size``
 >= 1, ``max_fuse_set_size`` >= ``min_fuse_set_size``, ``max_fuse_search_depth`` >= 1; vertical (split/cat)
 passes take only the option names the built-in reads (``counter``, ``threshold_to_cat``, and
-``decompose_mm_pass``'s), non-negative integers (``skip_dynamic_shape_dim_check``: a bool).
+the post-grad mm decomposition's), non-negative integers (``skip_dynamic_shape_dim_check``: a bool).
 """
 
 from __future__ import annotations

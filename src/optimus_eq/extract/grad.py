@@ -28,9 +28,9 @@ non-contiguous slice pays one copy per member (the gradient reaching the permute
 contiguous, as compute kernels write it). A stack read unpermuted pays nothing.
 
 Which forms pay: a user's own ``stack(w).permute(0, 2, 1)`` (priced in the input graph too), and
-``batch_linear``'s earlier form ``Y = baddbmm(b, X, stack(w).permute(0, 2, 1))`` (64 extra launches per
+the batched linear's earlier form ``Y = baddbmm(b, X, stack(w).permute(0, 2, 1))`` (64 extra launches per
 DHEN / launch_bound training step on the H200 bench, 70 launches per CUDA-graph step against 6, see
-bench/results/h200_matrix_2026-11-29). In training graphs ``batch_linear`` now builds ``Y^T = baddbmm(b, stack(w),
+bench/results/h200_matrix_2026-11-29). In training graphs the batched linear now builds ``Y^T = baddbmm(b, stack(w),
 X.permute(0, 2, 1))`` (horizontal/linear.py, ``build_linear``): the stack of weights is ``bmm``'s first
 operand, unpermuted, its gradient ``dY^T @ X`` is a contiguous ``[n, out, in]`` whose slices AccumulateGrad
 takes without a copy, and this rule charges it nothing (the ``Permute`` in it is of the inputs' stack).

@@ -6,7 +6,7 @@
 * :mod:`.builders`: group keys and the fused alternative of each pattern, in the term language;
 * :mod:`.rows`: the rows that insert fused alternatives into the e-graph and join them to the members;
 * :mod:`.driver`: one round (plan -> groups -> rows), used by both strategies;
-* :mod:`.patterns`: the registered patterns (batch_linear, batch_layernorm, batch_tanh, ...).
+* :mod:`.patterns`: the registered patterns in greedy's order (each declared in its family's module).
 
 A user registers a horizontal pattern of their own with a :class:`HorizontalPattern` (a group key and a
 builder) through the same ``register`` call as a vertical one; both strategies use it.

@@ -3,19 +3,19 @@
 Every builder adds ONE fused op per group and one view per member that equals it (``writer.union``):
 
 * pointwise (``Unary``/``Binary``/one-input ``Apply``): ``F = f(stack(x_1..x_n))``, ``y_i = F.select(0, i)``;
-* batch_linear: ``Y^T = bmm_add(stack(b).unsqueeze(2), stack(w), stack(x).permute(0, 2, 1))`` (``bmm``
+* linears of equal shapes: ``Y^T = bmm_add(stack(b).unsqueeze(2), stack(w), stack(x).permute(0, 2, 1))`` (``bmm``
   then the bias add, which Inductor fuses into the readers; ``torch.baddbmm`` for bf16/fp16; ``bmm``
   without bias; inputs of rank > 2 flattened to [n, M, in] and outputs viewed back),
   ``y_i = Y^T.permute(0, 2, 1).select(0, i)``: the weights' gradients come out in their own layout;
   without a weight gradient (inference) ``Y = bmm_add(stack(b).unsqueeze(1), stack(x), stack(w).permute(0, 2, 1))``,
   ``y_i = Y.select(0, i)``, contiguous as eager's;
-* batch_linear_lhs (one input x): ``Y = linear(x, cat(w), cat(b))``, ``y_i = Y.narrow(-1, offset_i, out_i)``;
-* batch_layernorm: ``Y = addcmul(stack(b), layer_norm(stack(x), no affine), stack(w))`` with the stacked
+* linears of one input x: ``Y = linear(x, cat(w), cat(b))``, ``y_i = Y.narrow(-1, offset_i, out_i)``;
+* layer norms: ``Y = addcmul(stack(b), layer_norm(stack(x), no affine), stack(w))`` with the stacked
   weight and bias viewed to broadcast, ``y_i = Y.select(0, i)``; bf16/fp16 are computed in float32 and
   rounded once, as eager's kernels do (bit-identical results).
 
-One module per family: :mod:`.pointwise`, :mod:`.linear` (batch_linear, batch_linear_lhs,
-batch_linear_post_grad), :mod:`.layer_norm`, and the rewrites of one op :mod:`.einsum`, :mod:`.decompose_mm`
+One module per family, each declaring its patterns too: :mod:`.pointwise`, :mod:`.linear` (linears of
+equal shapes, of one input, and post-grad mm / addmm), :mod:`.layer_norm`, and the rewrites of one op :mod:`.einsum`, :mod:`.decompose_mm`
 and :mod:`.gemv`; :mod:`.recipes` holds what they share (recipes of new ops, binding a call's arguments,
 dtype casts). This module lists them all under one name.
 

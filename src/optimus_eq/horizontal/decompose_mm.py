@@ -10,6 +10,7 @@ from optimus_eq.horizontal.linear import mm_operands
 from optimus_eq.horizontal.recipes import UPCAST, recipe, slots
 from optimus_eq.symbolic import is_static
 from optimus_eq.terms import MAX_RANK
+from optimus_eq.registry import POST_GRAD, horizontal
 
 
 #: upstream torch/_inductor/fx_passes/decompose_mem_bound_mm.py (torch 2.13): MIN_FIRST_DIMENSION_DECOMPOSITION,
@@ -95,3 +96,23 @@ def build_decompose_mm(w, members) -> None:
             add = w.key("decompose_mm:add", recipe("add", aten.add.Tensor, slots(2)), ((c, t), c))
             y = w.apply(add, [y, w.handle(m.inputs[bias])], tuple(m.shape))
         w.union(m, cast(y, tuple(m.shape), c, out))
+
+
+decompose_mm_pass = horizontal(
+    "decompose_mm_pass", POST_GRAD, decompose_mm_key, build_decompose_mm,
+    options={"min_fuse_set_size": 1, "max_fuse_set_size": 1}, builtin=POST_GRAD, builtin_optimus=False,
+    doc="""Memory-bound aten.mm / aten.addmm / aten.bmm with tiny dimensions become a multiply and a sum
+    (upstream torch/_inductor/fx_passes/decompose_mem_bound_mm.py, with its size guards and option names:
+    see ``decompose_mm.should_decompose``).
+
+    aten.mm(A, B)            (A: [M, K], B: [K, N]; CUDA: M >= 10240, K, N < 32; CPU: M <= 1, K, N <= 2048)
+        =>  aten.sum.dim_IntList(aten.mul.Tensor(A.unsqueeze(2), B.unsqueeze(0)), [-2])
+    aten.addmm(C, A, B)  =>  the same, then aten.add.Tensor(_, C)
+    aten.bmm(A, B)           (A: [b, M, K]; CUDA: b >= 10240 and two of M, K, N < 32; CPU: b <= 1)
+        =>  aten.sum.dim_IntList(aten.mul.Tensor(A.unsqueeze(3), B.unsqueeze(1)), [-2])
+
+    A rewrite of one op, run by the horizontal machinery with groups of one (greedy replaces it; in eqsat
+    the cost model decides, and it does not credit Inductor's fusion of the multiply into the sum yet).
+    """)
+
+PATTERNS = (decompose_mm_pass,)

@@ -8,6 +8,7 @@ import torch
 from optimus_eq.horizontal.recipes import UPCAST, method, recipe, slots, to_type
 from optimus_eq.recipe import einsum_operands
 from optimus_eq.terms import MAX_RANK
+from optimus_eq.registry import PRE_GRAD, horizontal
 
 
 def einsum_parts(m):
@@ -127,3 +128,22 @@ def build_einsum(w, members) -> None:
             copy = w.key("einsum_to_pointwise:contiguous", method("contiguous"), ((m.types[1],), m.types[1]))
             y = w.permute(w.apply(copy, [w.permute(y, perm, pshape)], pshape), inv, m.shape)
         w.union(m, y)
+
+
+einsum_to_pointwise_pass = horizontal(
+    "einsum_to_pointwise_pass", PRE_GRAD, einsum_key, build_einsum,
+    options={"min_fuse_set_size": 1, "max_fuse_set_size": 1}, builtin=PRE_GRAD,
+    doc="""An einsum that is a broadcast multiply and a sum over x's last letter becomes pointwise ops
+    (upstream split_cat.py ``replace_einsum_to_pointwise``, tested by test_kernel_optimization.py).
+
+    torch.einsum("bni,nio->bno", x, w)   (also "bni,bnio->bno": "P i, Q i o -> P o", Q a suffix of P)
+        =>  (x.unsqueeze(-1) * w).sum(-2)
+
+    A rewrite of one op, run by the horizontal machinery with groups of one (so greedy replaces it and
+    eqsat adds it as an alternative). Upstream also asks for an ``add`` user (so that Inductor fuses
+    mul, sum and add into one kernel); here every matching einsum within the group search's reach is
+    rewritten in greedy, and in eqsat the cost model decides (it does not credit Inductor's fusion of
+    the mul into the sum yet, so it keeps the einsum).
+    """)
+
+PATTERNS = (einsum_to_pointwise_pass,)

@@ -297,7 +297,7 @@ def embedding_key(m):
 
 # A lookup's value is a new contiguous tensor in eager, and so is each member's row slice of the fused
 # output: where the member's e-class holds a non-contiguous FX node too (DLRM's KeyedTensor: the bag is
-# equal to its column slice of the pooled cat, by split_of_cat_pass), the plan already reads the bag, with
+# equal to its column slice of the pooled cat, by the split-of-cat rule), the plan already reads the bag, with
 # the bag's strides. Graph outputs of such classes are still left alone.
 embedding_key.any_strides = True
 

@@ -1,7 +1,7 @@
 """decompose_gemv_pass, a rewrite of one op (groups of one, pre-grad): a linear with one output feature (a
 matrix-vector product) on a GPU -> a multiply and a sum over the last dim, plus the bias.
 
-Ours, not upstream's (upstream's decompose_mm_pass is post-grad and needs K, N < 32; Inductor decomposes an
+Ours, not upstream's (upstream's mm decomposition is post-grad and needs K, N < 32; Inductor decomposes an
 ``mm`` with N = 1 into a multiply and a sum only under ``coordinate_descent_tuning``, torch/_inductor/
 decomposition.py ``mm``, and never an ``addmm`` with a bias). Why: ``F.linear(x, w[1, K], b)`` reaches
 Inductor as ``addmm``, an extern call that ATen runs as two kernels on CUDA (the bias copied into the
@@ -19,6 +19,7 @@ from optimus_eq.horizontal.einsum import sum_keeps_dtype
 from optimus_eq.horizontal.linear import _linear_parts
 from optimus_eq.horizontal.recipes import UPCAST, recipe, slots, to_type
 from optimus_eq.symbolic import is_static
+from optimus_eq.registry import PRE_GRAD, horizontal
 
 #: devices whose linears with one output feature are rewritten (an extern addmm costs two kernels there)
 GEMV_DEVICES = ("cuda", "xpu")
@@ -63,3 +64,21 @@ def build_gemv(w, members) -> None:
             add = w.key("decompose_gemv:add", recipe("add", torch.add, slots(2)), ((c, t), c))
             y = w.apply(add, [y, w.handle(m.inputs[b])], out)
         w.union(m, to_type(w, y, out, c, t))
+
+
+decompose_gemv_pass = horizontal(
+    "decompose_gemv_pass", PRE_GRAD, gemv_key, build_gemv,
+    options={"min_fuse_set_size": 1, "max_fuse_set_size": 1},
+    doc="""On CUDA/XPU, a linear with one output feature (a matrix-vector product) becomes a multiply and a
+    sum, which Inductor fuses into the kernel that produced its input (ours, not upstream's: see
+    ``horizontal/gemv.py``; an extern addmm with one output column is two kernels on CUDA).
+
+    F.linear(x, w, b)        (x: [..., K], w: [1, K], b: [1]; float32/float64, bf16/fp16 in float32)
+        =>  torch.sum(x * w, -1, keepdim=True) + b
+
+    A rewrite of one op, run by the horizontal machinery with groups of one (greedy replaces it; in eqsat
+    the cost model decides, and it does not credit Inductor's fusion of the multiply and sum into the
+    producer, so it keeps the linear).
+    """)
+
+PATTERNS = (decompose_gemv_pass,)

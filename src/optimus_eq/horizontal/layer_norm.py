@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from optimus_eq.horizontal.recipes import (UPCAST, bound_call, check_one_input_type, expand_symbolic, recipe, slot,
                                            slots, to_type)
 from optimus_eq.terms import MAX_RANK
+from optimus_eq.registry import PRE_GRAD, horizontal
 
 LAYER_NORM_PARAMS = ("input", "normalized_shape", "weight", "bias", "eps", "cudnn_enable")
 
@@ -74,3 +75,15 @@ def build_layer_norm(w, members) -> None:
     Y = to_type(w, Y, out, c, t)
     for i, m in enumerate(members):
         w.union(m, w.select(Y, 0, i, n, xs))
+
+
+batch_layernorm = horizontal(
+    "batch_layernorm", PRE_GRAD, layer_norm_key, build_layer_norm, builtin=PRE_GRAD, batches=("layer_norm",),
+    doc="""Independent layer norms of equal shapes, normalized_shape and eps become one layer norm.
+
+    y_i = F.layer_norm(x_i, (D,), w_i, b_i, eps)
+        =>  Y = torch.addcmul(stack(b)[:, None], F.layer_norm(stack(x), (D,), eps=eps), stack(w)[:, None])
+            y_i = Y[i]
+    """)
+
+PATTERNS = (batch_layernorm,)

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from optimus_eq.horizontal.recipes import (bound_call, check_one_input_type, expand_symbolic, prod_sizes, recipe,
                                            slot, slots)
+from optimus_eq.registry import POST_GRAD, PRE_GRAD, horizontal
 
 LINEAR_PARAMS = ("input", "weight", "bias")
 
@@ -239,3 +240,38 @@ def build_aten_linear(w, members) -> None:
         Y = w.apply(key, [C, A, B], (n, M, N))
     for i, m in enumerate(members):
         w.union(m, w.select(Y, 0, i, n, (M, N)))
+
+
+batch_linear_lhs = horizontal(
+    "batch_linear_lhs", PRE_GRAD, linear_lhs_key, build_linear_lhs, builtin=PRE_GRAD, batches=("linear",),
+    doc="""Linears that read the same input become one linear with concatenated weights.
+
+    y1 = F.linear(x, w1, b1); y2 = F.linear(x, w2, b2)          (w1: [o1, k], w2: [o2, k])
+        =>  y = F.linear(x, cat([w1, w2]), cat([b1, b2])); y1 = y[..., :o1]; y2 = y[..., o1:]
+    """)
+
+batch_linear = horizontal(
+    "batch_linear", PRE_GRAD, linear_key, build_linear, builtin=PRE_GRAD, batches=("linear",),
+    doc="""Independent linears of equal shapes become one batched matmul.
+
+    y_i = F.linear(x_i, w_i, b_i), i < n         (x_i: [B, k], w_i: [o, k], b_i: [o])
+        =>  Y = bmm_add(stack(b).unsqueeze(1), stack(x), stack(w).permute(0, 2, 1)); y_i = Y[i]
+    (bmm_add(b, x, w) = torch.bmm(x, w) + b, the add fused by Inductor into the readers; torch.baddbmm for
+    bf16/fp16; torch.bmm without bias; a split -> n linears -> cat becomes one bmm_add between views)
+    """)
+
+batch_linear_post_grad = horizontal(
+    "batch_linear_post_grad", POST_GRAD, aten_linear_key, build_aten_linear, builtin=POST_GRAD,
+    aliases={"group_linear": "(groups of equal shapes as one bmm; no fbgemm); groups of different shapes are "
+                             "left"},
+    doc="""Independent aten.mm / aten.addmm of equal shapes become one aten.bmm / aten.baddbmm.
+
+    y_i = aten.addmm(b_i, x_i, aten.permute(w_i, [1, 0])), i < n      (x_i: [M, K], w_i: [N, K], b_i: [N])
+        =>  Y = aten.baddbmm(stack(b).unsqueeze(1), stack(x), stack(permute(w))); y_i = aten.select(Y, 0, i)
+    (addmm only with beta = alpha = 1; bias [N], [1, N] or [M, N]; aten.bmm for aten.mm)
+    """)
+
+#: The family in greedy's pass order: upstream registers batch_linear_lhs before batch_linear, so that linears
+#: sharing their input become one wider linear before the rest are batched.
+PRE_GRAD_PATTERNS = (batch_linear_lhs, batch_linear)
+POST_GRAD_PATTERNS = (batch_linear_post_grad,)

@@ -244,7 +244,7 @@ class PlanGraph(PlanAlternatives, PlanOrder):
         its narrows) would only add an alternative no plan takes, and e-graph growth with it. ``members``:
         Members or their classes."""
         if len(members) < 2:
-            return True  # a rewrite of one op (einsum_to_pointwise_pass, decompose_mm_pass): not a group
+            return True  # a rewrite of one op (max_fuse_set_size 1): not a group
         first = None
         for m in members:
             s = self.source(m if isinstance(m, Member) else self.member(m))
@@ -426,7 +426,7 @@ class PlanGraph(PlanAlternatives, PlanOrder):
                     continue
                 yield from self._independent_subsets(cands, options, fused)
         if getattr(group_key, "shared_input", False):
-            # the key names the one input all members read (batch_linear_lhs): its members are found by
+            # the key names the one input all members read (the linears of one input): its members are found by
             # that input, wherever their users join. The search over inputs stops at every match, so
             # readers of x whose paths to a common user cross other matched ops (DLRM's cross net: each
             # expert's V linear reaches the experts' stack only through its C and U linears) are never in

@@ -27,17 +27,16 @@ What upstream does and where we differ:
 
 from __future__ import annotations
 
-from optimus_eq.patterns import split_cat, views
+from optimus_eq.patterns import split_cat
 from optimus_eq.registry import POST_GRAD, Rule, canonical, renamed, vertical
 
 
 def _runs(prefix: str) -> tuple[Rule, ...]:
     """Merge runs of adjacent slices of one tensor inside a cat; a full run is the tensor; a cat of
-    one input is that input; the view the fold leaves folds into the view after it (split_cat_pass,
-    merge_getitem_cat_pass, mutate_cat_pass, fold_view_chain: Aten-IR spells a stack as cat + view, so
-    greedy, which never revisits fold_view_chain, needs the fold inside the pass)."""
-    return renamed(prefix, split_cat.split_cat_same_dim.rules + split_cat.merge_getitem_cat_pass.rules
-                   + split_cat.mutate_cat_pass.rules + views.fold_view_chain.rules)
+    one input is that input; the view the fold leaves folds into the view after it (the pre-grad run
+    algebra and view folds: Aten-IR spells a stack as cat + view, so greedy, which never revisits the
+    view folds, needs the fold inside the pass)."""
+    return renamed(prefix, split_cat.RUN_RULES + split_cat.VIEW_FOLD_RULES)
 
 
 #: x: [A, n, B] (A, B: products of the sizes before and after dim d), a slice x[:, s:s+l, :] reshaped to
@@ -62,49 +61,45 @@ normalization_aten_pass = canonical("normalization_aten_pass", POST_GRAD,
         => Narrow(x, 1, 0, 2, 4) ...;  aten.select.int(x, 1, i) => Select(x, 1, i, n)
     aten.cat(xs, -1) => Cat along the non-negative dim;  aten.view / _unsafe_view / reshape => Reshape
     Realized by the bridge's Aten-IR translator (optimus_bridge.aten), which counts each node it normalizes.
-    """)
+    """, builtin=POST_GRAD)
 
 split_cat_aten_pass = vertical("split_cat_aten_pass", POST_GRAD, rules=_runs("split_cat_aten"),
     doc="""Split pieces concatenated in order along the split dim fold into the input or one slice.
 
     s = aten.split.Tensor(x, 32, 1); aten.cat([s[0], ..., s[7]], 1)  =>  x
     aten.cat([z, s[1], s[2], s[3], y], 1)  =>  aten.cat([z, aten.slice(x, 1, 32, 128), y], 1)
-    """)
+    """, builtin=POST_GRAD)
 
-# unbind_cat_to_view's rules include other_dim: a select along d inside a cat along c != d
+# the select-in-cat rules include other_dim: a select along d inside a cat along c != d
 select_cat_aten_pass = vertical("select_cat_aten_pass", POST_GRAD,
-    rules=renamed("select_cat_aten", split_cat.unbind_cat_to_view_pass.rules) + _runs("select_cat_aten"),
+    rules=renamed("select_cat_aten", split_cat.SELECT_IN_CAT_RULES) + _runs("select_cat_aten"),
     doc="""Selects of one tensor concatenated in order along the select dim are a view of it.
 
     x: [B, N, D];  aten.cat([aten.select(x, 1, i) for i in range(N)], 1)  =>  aten.reshape(x, [B, N*D])
     aten.cat([aten.select(x, 1, 0), aten.select(x, 1, 1)], 1)  =>  aten.slice(aten.reshape(x, [B, N*D]), 1, 0, 2*D)
-    """)
+    """, builtin=POST_GRAD)
 
 unbind_stack_aten_pass = vertical("unbind_stack_aten_pass", POST_GRAD,
-    rules=renamed("unbind_stack_aten", split_cat.unbind_stack_pass.rules + split_cat.unbind_stack_to_slices_pass.rules)
+    rules=renamed("unbind_stack_aten", split_cat.STACKED_SELECT_RULES)
     + _runs("unbind_stack_aten"),
     doc="""Unbind pieces stacked (cat of unsqueezes) in order along the unbind dim are the tensor itself.
 
     u = aten.unbind(x, 1); aten.cat([aten.unsqueeze(u[i], 1) for i in range(N)], 1)  =>  x
     the same stacked along dim 2  =>  aten.permute(x, [0, 2, 1])
-    """)
+    """, builtin=POST_GRAD)
 
 # a unit slice viewed without its dim is a select (split_cat.SQUEEZED_UNIT_PIECE), which the select rules fold
 move_view_after_cat_aten_pass = vertical("move_view_after_cat_aten_pass", POST_GRAD,
     rules=renamed("move_view_after_cat_aten", (_RESHAPE_NARROW_IN_CAT, split_cat.SQUEEZED_UNIT_PIECE,
-                                               *split_cat.unbind_cat_to_view_pass.rules))
+                                               *split_cat.SELECT_IN_CAT_RULES))
     + _runs("move_view_after_cat_aten"),
     doc="""A cat of views of split pieces is one view of the split input (the cat disappears).
 
     x: [B, N*D];  aten.cat([aten.reshape(p, [B, 1, D]) for p in aten.split(x, D, 1)], 1)  =>  aten.reshape(x, [B, N, D])
     x: [N, B, D];  aten.cat([aten.view(p, [B, D]) for p in aten.split(x, 1)], 1)
         =>  aten.reshape(aten.permute(x, [1, 0, 2]), [B, N*D])
-    """)
+    """, builtin=POST_GRAD)
 
-PATTERNS = (
-    normalization_aten_pass,
-    split_cat_aten_pass,
-    select_cat_aten_pass,
-    unbind_stack_aten_pass,
-    move_view_after_cat_aten_pass,
-)
+#: The family in greedy's pass order: normalization before the post-grad horizontal fusions, the rest after.
+NORMALIZE = (normalization_aten_pass,)
+PATTERNS = (split_cat_aten_pass, select_cat_aten_pass, unbind_stack_aten_pass, move_view_after_cat_aten_pass)

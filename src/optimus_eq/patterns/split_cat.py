@@ -1,5 +1,6 @@
 """The vertical split/cat family (Optimus pre-grad: torch/_inductor/fx_passes/split_cat.py), as rewrites
-over the narrow/select canonical forms of :mod:`optimus_eq.terms`.
+over the narrow/select canonical forms of :mod:`optimus_eq.terms`, and the view-chain algebra it leans on
+(reshapes fold, a reshape to the tensor's own shape is the tensor).
 
 Rules whose right-hand side is a bare variable guard it with ``(shape v)``: in egglog 13.2.0 a query
 can bind a variable to a stale e-class id (one with no e-node) after a self-loop e-node was rebuilt,
@@ -13,8 +14,6 @@ source and sizes are checked by construction (a permuted cat, or pieces of two t
 """
 
 from __future__ import annotations
-
-from dataclasses import replace
 
 from optimus_eq.registry import BOTH_LEVELS, PRE_GRAD, Rule, canonical, renamed, vertical
 from optimus_eq.terms import MAX_RANK
@@ -30,7 +29,7 @@ normalization_pass = canonical("normalization_pass", PRE_GRAD,
         => Narrow(x, 1, 0, 2, 4), Narrow(x, 1, 2, 2, 4)
     torch.concat / torch.concatenate / torch.cat  => Cat;  torch.stack(xs, d) => Cat(Unsqueeze(x, d)...)
     Realized by the bridge's translator (optimus_bridge.translate), which counts each node it normalizes.
-    """)
+    """, builtin=PRE_GRAD)
 
 #: A length-1 slice reshaped to drop its dim is a select: x[:, i:i+1].view(B, D) == x.select(1, i)
 #: (n == 1 is left out: then the slice is x, and select_size_one states the same equality backwards).
@@ -49,7 +48,7 @@ remove_split_with_size_one_pass = vertical("remove_split_with_size_one_pass", BO
     torch.split(x, 4, 1)[0]  where x: [B, 4]   =>  x
     torch.unbind(x, 1)[0]    where x: [B, 1, D] =>  x.reshape(B, D)
     torch.split(x, 1, 1)[i].squeeze(1)          =>  x.select(1, i)
-    """)
+    """, builtin=PRE_GRAD)
 
 merge_splits_pass = vertical("merge_splits_pass", BOTH_LEVELS, rules=(
     Rule("merge_splits/narrow_narrow", "(Narrow (Narrow x d s1 l1 n) d s2 l2 m)", "(Narrow x d (+ s1 s2) l2 n)",
@@ -60,7 +59,7 @@ merge_splits_pass = vertical("merge_splits_pass", BOTH_LEVELS, rules=(
 
     a, b = torch.split(x, [4, 4], 1); c, d = torch.split(b, [1, 3], 1)
         =>  c = x[:, 4:5], d = x[:, 5:8]
-    """)
+    """, builtin=PRE_GRAD)
 
 split_of_cat_pass = vertical("split_of_cat_pass", PRE_GRAD, rules=(
     Rule("split_of_cat/whole_input", "(Narrow (Cat L) d s l n)", "x",
@@ -90,7 +89,9 @@ unbind_stack_pass = vertical("unbind_stack_pass", PRE_GRAD,
     torch.stack(torch.unbind(x, 1), 1)       =>  x
     torch.stack([x.unbind(1)[2], x.unbind(1)[0]], 1)  =>  cat of x[:, 2:3] and x[:, 0:1] (a permuted
         stack keeps its order; no fold)
-    """)
+    """, builtin=PRE_GRAD,
+    also=("unbind_stack_to_slices_pass", "unbind_cat_to_view_pass", "split_cat_pass", "merge_getitem_cat_pass",
+          "mutate_cat_pass"))
 
 #: the guard of ``x.select(d, i) == x.movedim(d, c).select(c, i)`` (c != d; p: the movedim's permutation)
 _MOVED_SELECT = ("(!= c d)", "(= sh (shape x))", "(= p (MovePerm (vec-length sh) d c))")
@@ -103,7 +104,8 @@ unbind_stack_to_slices_pass = vertical("unbind_stack_to_slices_pass", PRE_GRAD, 
 
     x: [B, N, D];  torch.stack(torch.unbind(x, 1), 2)  =>  x.permute(0, 2, 1)
     (x.select(1, i) is x.movedim(1, 2).select(2, i); stacked along 2 they become adjacent slices)
-    """)
+    """, builtin=PRE_GRAD,
+    also=("unbind_stack_pass", "split_cat_pass", "merge_getitem_cat_pass", "mutate_cat_pass"))
 
 
 def _pieces_view(rank: int, dim: int) -> str:
@@ -145,7 +147,8 @@ split_stack_to_cats_pass = vertical("split_stack_to_cats_pass", PRE_GRAD,
     x: [B, N * D];  torch.stack(torch.split(x, D, 1), 1)  =>  x.view(B, N, D)
     x: [B, N * D];  torch.stack(torch.split(x, D, 1), 0)  =>  x.view(B, N, D).permute(1, 0, 2)
     (the second is how the stacked inputs of a batched linear over split pieces become a view)
-    """)
+    """, builtin=PRE_GRAD,
+    also=("unbind_stack_pass", "split_cat_pass", "merge_getitem_cat_pass", "mutate_cat_pass"))
 
 unbind_cat_to_view_pass = vertical("unbind_cat_to_view_pass", PRE_GRAD, rules=(
     Rule("unbind_cat_to_view/select_in_cat", "(Cons d (Select x d i n) R)",
@@ -163,7 +166,8 @@ unbind_cat_to_view_pass = vertical("unbind_cat_to_view_pass", PRE_GRAD, rules=(
     (along another dim c: x.select(d, i) is x.movedim(d, c).select(c, i), then as above)
     Y: [N, B, O];  torch.cat(torch.unbind(Y, 0), 1)  =>  Y.permute(1, 0, 2).reshape(B, N * O)
     (the cat after a batched linear over split pieces)
-    """)
+    """, builtin=PRE_GRAD,
+    also=("split_cat_pass", "merge_getitem_cat_pass", "mutate_cat_pass"))
 
 _FULL_RUN = Rule("split_cat/full_run", _HEAD, "(Cons d x R2)", _RUN + ("(= s 0)", "(= e n)"))
 
@@ -220,7 +224,9 @@ split_cat_pass = vertical("split_cat_pass", PRE_GRAD, rules=(_FULL_RUN,)
     (a copy, like the cat it replaces: one kernel either way. Only when the pieces are the whole cat: with
     other inputs the flatten would be a copy more, which upstream pays and we do not. A run over part of
     x, e.g. pieces 1 and 2 of the 8 above, starts from the narrow x[:, 4:12].)
-    """)
+    """, builtin=PRE_GRAD,
+    also=("remove_split_with_size_one_pass", "split_stack_to_cats_pass", "unbind_stack_to_slices_pass",
+          "unbind_stack_pass", "merge_getitem_cat_pass", "mutate_cat_pass"))
 
 merge_getitem_cat_pass = vertical("merge_getitem_cat_pass", PRE_GRAD, rules=(
     Rule("merge_getitem_cat/prefix_run", _HEAD, _MERGED, _RUN + ("(= s 0)", "(!= e n)")),
@@ -228,23 +234,23 @@ merge_getitem_cat_pass = vertical("merge_getitem_cat_pass", PRE_GRAD, rules=(
 ), doc="""Adjacent split pieces inside a cat merge into one slice (the cat keeps its other inputs).
 
     a, b, c, d = torch.split(x, 2, 1); torch.cat([b, c, y], 1)  =>  torch.cat([x[:, 2:6], y], 1)
-    """)
+    """, builtin=PRE_GRAD)
 
 mutate_cat_pass = vertical("mutate_cat_pass", PRE_GRAD,
     rules=(Rule("mutate_cat/single_input", "(Cat (Cons d a (Nil)))", "a", ("(= sh (shape a))",)),),
     doc="""A cat left with a single input (after its pieces merged) is that input: a copy becomes a view.
 
     a, b, c, d = torch.split(x, 2, 1); torch.cat([b, c], 1)  =>  x[:, 2:6]
-    """)
+    """, builtin=PRE_GRAD)
 
-#: split_cat_pass without its other-dim rules, for the patterns that reuse its run algebra (upstream's
-#: split_cat_to_slices and the post-grad split/cat passes fold cats along the split dim only).
-split_cat_same_dim = replace(split_cat_pass, rules=(_FULL_RUN,))
+#: The run algebra along the split dim (a full run is the tensor, a partial run one slice, a cat of one input
+#: that input), for the patterns that reuse it: upstream's split_cat_to_slices and the post-grad split/cat
+#: passes fold cats along the split dim only.
+RUN_RULES = (_FULL_RUN, *merge_getitem_cat_pass.rules, *mutate_cat_pass.rules)
 
 
 split_cat_to_slices_pass = vertical("split_cat_to_slices_pass", PRE_GRAD,
-    rules=renamed("split_cat_to_slices", split_cat_same_dim.rules + merge_getitem_cat_pass.rules
-                  + mutate_cat_pass.rules),
+    rules=renamed("split_cat_to_slices", RUN_RULES),
     doc="""Consecutive split pieces inside a cat become one slice of the split's input (all pieces: the
     input itself); a cat left with one input is removed.
 
@@ -258,4 +264,87 @@ split_cat_to_slices_pass = vertical("split_cat_to_slices_pass", PRE_GRAD,
     merge_getitem_cat_pass (partial run) and mutate_cat_pass (single input), under their own names so
     that it can be selected alone. ``threshold_to_cat`` is accepted and stored on the selection but not
     used: a merged run is never more expensive than its pieces (a view instead of a copy per piece).
+    """, builtin=PRE_GRAD)
+
+fold_view_chain = vertical("fold_view_chain", BOTH_LEVELS, rules=(
+    Rule("fold_view_chain/reshape_reshape", "(Reshape (Reshape x a) b)", "(Reshape x b)", ("(= sh (shape x))",)),
+    Rule("fold_view_chain/reshape_unsqueeze", "(Reshape (Unsqueeze x d) b)", "(Reshape x b)", ("(= sh (shape x))",)),
+    Rule("fold_view_chain/reshape_same", "(Reshape x sh)", "x", ("(= sh (shape x))",)),
+), doc="""A reshape of a reshape is one reshape; a reshape to the same shape is the tensor itself.
+
+    x: [B, N*D];  x.view(B, N, D).flatten(1)  =>  x
     """)
+
+
+def _unit_dim_rule(rank: int, pos: int) -> Rule:
+    """``Reshape(y, shape(y) with a 1 inserted at pos)`` is ``Unsqueeze(y, pos)``."""
+    sizes = [f"(vec-get sh {i})" for i in range(pos)] + ["1"] + [f"(vec-get sh {i})" for i in range(pos, rank)]
+    return Rule(
+        f"move_reshape_out_of_split_stack/rank{rank}_unit{pos}",
+        "(Reshape y v)",
+        f"(Unsqueeze y {pos})",
+        ("(= sh (shape y))", f"(= (vec-length sh) {rank})", f"(= v (vec-of {' '.join(sizes)}))"),
+    )
+
+
+_STACKED = "(Cons c (Unsqueeze (Reshape (Narrow x {dim} s l n) v) c) R)"
+
+
+def _reshape_run_rule(dim: int, full: bool, at_front: bool) -> Rule:
+    """In a stack along c, the adjacent cells ``x[.., s + i*l : s + (i+1)*l].reshape(v)`` (i < m, m >= 2) are
+    one cell ``x.narrow(dim, s, m*l).unflatten(dim, (m, l)).movedim(dim, 0).reshape(m, *v).movedim(0, c)``:
+    row i of the moved unflatten is piece i, and reshaping [m, ...] to [m, *v] reshapes each row to v.
+    Variants: the run is all of x or a part (``full``); c is 0 (``at_front``: no last movedim) or not; for
+    ``dim`` 0 the first movedim is the identity and is left out."""
+    head = _STACKED.format(dim=dim)
+    m = "(/ (- e s) l)"
+    base, guard = run_base(dim, full)
+    rows = f"(Reshape {base} {unflatten_shape(dim, m, 'l')})"
+    if dim:
+        rows = f"(Permute {rows} p)"
+    cell = f"(Reshape {rows} (vec-append (vec-of {m}) v))"
+    if not at_front:
+        cell = f"(Permute {cell} q)"
+    return Rule(
+        f"move_reshape_out_of_split_stack/dim{dim}{'_whole' if full else ''}{'' if at_front else '_moved'}",
+        head,
+        f"(Cons c {cell} R2)",
+        ("(= sh (shape x))", f"(= e (ReshapeRunEnd {head} x {dim} c l v s))",
+         f"(= R2 (ReshapeRunRest {head} x {dim} c l v s e))", "(> e (+ s l))", *guard,
+         *((f"(= p (MovePerm (+ (vec-length sh) 1) {dim} 0))",) if dim else ()),
+         *(("(= c 0)",) if at_front else ("(!= c 0)", "(= q (MovePerm (+ (vec-length v) 1) 0 c))"))),
+    )
+
+
+move_reshape_out_of_split_stack_pass = vertical("move_reshape_out_of_split_stack_pass", PRE_GRAD,
+    rules=tuple(_unit_dim_rule(r, k) for r in range(1, MAX_RANK) for k in range(r + 1))
+    + tuple(_reshape_run_rule(d, full, front) for d in range(MAX_RANK - 1) for full in (True, False)
+            for front in (True, False)),
+    doc="""A reshape that only inserts a unit dim is an unsqueeze, so split -> per-piece reshape -> cat
+    folds like split -> stack (the reshape moves out: one view of the whole tensor). Any other reshape
+    of equal split pieces that are stacked in order moves out of the stack as one reshape of the split's
+    input (upstream: torch/_inductor/fx_passes/split_cat.py, ``move_reshape_out_of_split_stack``).
+
+    x: [B, N * D];  torch.cat([p.reshape(B, 1, D) for p in x.split(D, 1)], 1)  =>  x.view(B, N, D)
+    x: [50000, 5];  torch.stack([p.reshape(-1, 5) for p in x.split(1, 1)], 0)
+        =>  x.reshape(50000, 5, 1).permute(1, 0, 2).reshape(5, 10000, 5)
+    (a view where the pieces' reshapes are views, else one copy instead of one per piece; a run of at
+    least two pieces inside a longer stack becomes one cell of it; a run of part of x is narrowed first.)
+    """, builtin=PRE_GRAD,
+    also=("split_stack_to_cats_pass", "fold_view_chain", "split_cat_pass", "merge_getitem_cat_pass",
+          "mutate_cat_pass"))
+
+#: Rules the post-grad family (:mod:`optimus_eq.patterns.aten`) reuses: a reshape folds into the one after it;
+#: stacked unbind pieces are slices; unbind pieces in a cat are slices of a view.
+VIEW_FOLD_RULES = fold_view_chain.rules
+STACKED_SELECT_RULES = unbind_stack_pass.rules + unbind_stack_to_slices_pass.rules
+SELECT_IN_CAT_RULES = unbind_cat_to_view_pass.rules
+
+#: The family in greedy's pass order, in the stages :mod:`optimus_eq.patterns` interleaves with the other
+#: families: normalization first, then (after the horizontal fusions) the splits and views, then (after the
+#: pointwise family) the stack and cat folds.
+NORMALIZE = (normalization_pass,)
+EARLY = (remove_split_with_size_one_pass, merge_splits_pass, split_of_cat_pass, fold_view_chain,
+         move_reshape_out_of_split_stack_pass)
+LATE = (unbind_stack_to_slices_pass, unbind_stack_pass, split_stack_to_cats_pass, unbind_cat_to_view_pass,
+        merge_getitem_cat_pass, split_cat_pass, split_cat_to_slices_pass, mutate_cat_pass)
