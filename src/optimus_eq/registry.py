@@ -120,6 +120,12 @@ class HorizontalPattern(Pattern):
             names; defaults in :data:`optimus_eq.horizontal.DEFAULT_OPTIONS`).
         batches: the op kinds (``Report.ops_before``'s) it batches, where not the name after ``batch_``:
             ``optimus-eq explain`` lists such ops left unbatched.
+        shared_input: the key names the one input all members read; members are then also gathered by
+            that input, wherever their users join (:meth:`optimus_eq.horizontal.PlanGraph.groups`).
+        any_strides: members whose eager value is not contiguous are offered to the key too (the builder
+            gives them eager's strides).
+        wants_options: ``group_key(member, options)`` is called with the pattern's options.
+        option_defaults: option names of its own (beyond Optimus') with their defaults.
     """
 
     kind: str = "horizontal"
@@ -128,6 +134,10 @@ class HorizontalPattern(Pattern):
     group_key: Callable | None = field(default=None, compare=False)
     build: Callable | None = field(default=None, compare=False)
     batches: tuple[str, ...] = ()
+    shared_input: bool = False
+    any_strides: bool = False
+    wants_options: bool = False
+    option_defaults: dict = field(default_factory=dict, compare=False)
 
 
 def horizontal(name: str, levels: tuple[str, ...], group_key: Callable, build: Callable, doc: str,

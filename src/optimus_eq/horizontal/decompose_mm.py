@@ -59,10 +59,6 @@ def decompose_mm_key(m, options: dict):
     return ("decompose_mm_pass", m.cls)
 
 
-decompose_mm_key.wants_options = True
-decompose_mm_key.option_defaults = DECOMPOSE_MM_OPTIONS
-
-
 def build_decompose_mm(w, members) -> None:
     """mm: ``sum(A[:, :, None] * B[None], -2)`` (+ bias for addmm); bmm: ``sum(A[..., None] * B[:, None], -2)``,
     as aten.unsqueeze / aten.mul.Tensor / aten.sum.dim_IntList (/ aten.add.Tensor). bf16/fp16 operands are
@@ -101,6 +97,7 @@ def build_decompose_mm(w, members) -> None:
 decompose_mm_pass = horizontal(
     "decompose_mm_pass", POST_GRAD, decompose_mm_key, build_decompose_mm,
     options={"min_fuse_set_size": 1, "max_fuse_set_size": 1}, builtin=POST_GRAD, builtin_optimus=False,
+    wants_options=True, option_defaults=DECOMPOSE_MM_OPTIONS,
     doc="""Memory-bound aten.mm / aten.addmm / aten.bmm with tiny dimensions become a multiply and a sum
     (upstream torch/_inductor/fx_passes/decompose_mem_bound_mm.py, with its size guards and option names:
     see ``decompose_mm.should_decompose``).

@@ -83,13 +83,13 @@ class HorizontalContext:
 
 
 def pattern_options(pattern, overrides: dict) -> dict:
-    """DEFAULT_OPTIONS and the key function's ``option_defaults``, then the pattern's own, then the caller's
-    overrides for it. A key function marked ``wants_options`` is called as ``group_key(member, options)``.
+    """DEFAULT_OPTIONS and the pattern's ``option_defaults``, then its own options, then the caller's
+    overrides for it. The key of a pattern marked ``wants_options`` is called as ``group_key(member, options)``.
 
     Raises:
         ValueError: on an option name that horizontal patterns do not know.
     """
-    own = dict(getattr(pattern.group_key, "option_defaults", {}))  # a key function's own options
+    own = dict(getattr(pattern, "option_defaults", {}))  # a pattern's own option names
     opts = {**DEFAULT_OPTIONS, **own}
     for src in (pattern.options, overrides.get(pattern.name, {})):
         unknown = set(src) - set(DEFAULT_OPTIONS) - ACCEPTED_UNREAD_OPTIONS - set(own)
@@ -154,7 +154,8 @@ def fuse_round(egraph, patterns: Sequence, ctx: HorizontalContext, destructive: 
     groups = 0
     for p in patterns:
         opts = pattern_options(p, ctx.options)
-        for members in plan.groups(p.group_key, opts, fused):
+        flags = {f: getattr(p, f, False) for f in ("any_strides", "wants_options", "shared_input")}
+        for members in plan.groups(p.group_key, opts, fused, **flags):
             if alternatives and not plan.worth_adding(members):
                 continue
             p.build(writer, members)

@@ -74,9 +74,6 @@ def einsum_key(m):
     return ("einsum_to_pointwise_pass", m.cls)
 
 
-einsum_key.any_strides = True
-
-
 def _eager_layout(w, m):
     """The permutation ``perm`` with ``value == value.permute(perm).contiguous().permute(inverse)`` in
     eager's layout (dims by decreasing stride), None when eager's value is contiguous; raise ValueError
@@ -132,7 +129,7 @@ def build_einsum(w, members) -> None:
 
 einsum_to_pointwise_pass = horizontal(
     "einsum_to_pointwise_pass", PRE_GRAD, einsum_key, build_einsum,
-    options={"min_fuse_set_size": 1, "max_fuse_set_size": 1}, builtin=PRE_GRAD,
+    options={"min_fuse_set_size": 1, "max_fuse_set_size": 1}, builtin=PRE_GRAD, any_strides=True,
     doc="""An einsum that is a broadcast multiply and a sum over x's last letter becomes pointwise ops
     (upstream split_cat.py ``replace_einsum_to_pointwise``, tested by test_kernel_optimization.py).
 

@@ -179,9 +179,6 @@ def embedding_bag_key(m):
             p["pad"] is not None, p["freq"], p["x"], p["w"], p["off"], p["psw"], m.types)
 
 
-embedding_bag_key.any_strides = True  # see embedding_key
-
-
 def _shifted(w, handles: list, shifts: list, shape, types, flat: bool = False, pads=None, pad_to=None) -> int:
     fn = flat_shifted_cat if flat else shifted_cat
     extra = () if pads is None else (tuple(pads), pad_to)
@@ -298,8 +295,7 @@ def embedding_key(m):
 # A lookup's value is a new contiguous tensor in eager, and so is each member's row slice of the fused
 # output: where the member's e-class holds a non-contiguous FX node too (DLRM's KeyedTensor: the bag is
 # equal to its column slice of the pooled cat, by the split-of-cat rule), the plan already reads the bag, with
-# the bag's strides. Graph outputs of such classes are still left alone.
-embedding_key.any_strides = True
+# the bag's strides (``any_strides`` below). Graph outputs of such classes are still left alone.
 
 
 def build_embedding(w, members) -> None:
@@ -346,6 +342,8 @@ batch_embedding_bag = HorizontalPattern(
     """,
     group_key=embedding_bag_key,
     build=build_embedding_bag,
+    any_strides=True,  # see build_embedding
+    batches=("embedding_bag",),
 )
 
 batch_embedding = HorizontalPattern(
@@ -360,6 +358,8 @@ batch_embedding = HorizontalPattern(
     """,
     group_key=embedding_key,
     build=build_embedding,
+    any_strides=True,
+    batches=("embedding",),
 )
 
 PATTERNS = (batch_embedding_bag, batch_embedding)

@@ -153,9 +153,6 @@ def linear_lhs_key(m):
     return ("batch_linear_lhs", m.inputs[x], m.in_shapes[x], b is not None, m.types)
 
 
-linear_lhs_key.shared_input = True  # members are gathered by their input too (PlanGraph.groups)
-
-
 def build_linear_lhs(w, members) -> None:
     m0 = members[0]
     x, wt, b = _linear_parts(m0)
@@ -244,6 +241,7 @@ def build_aten_linear(w, members) -> None:
 
 batch_linear_lhs = horizontal(
     "batch_linear_lhs", PRE_GRAD, linear_lhs_key, build_linear_lhs, builtin=PRE_GRAD, batches=("linear",),
+    shared_input=True,  # members are gathered by their input too (PlanGraph.groups)
     doc="""Linears that read the same input become one linear with concatenated weights.
 
     y1 = F.linear(x, w1, b1); y2 = F.linear(x, w2, b2)          (w1: [o1, k], w2: [o2, k])

@@ -57,7 +57,7 @@ class Member:
             with equal signatures and types compute the same function of their inputs.
         is_output: the value is a graph output.
         eager_contiguous: eager's value was contiguous. Fused values are contiguous, so members whose
-            eager value was not are only offered to key functions marked ``any_strides`` (the lowering
+            eager value was not are only offered to the keys of patterns marked ``any_strides`` (the lowering
             restores eager's strides only for contiguous outputs).
     """
 
@@ -323,13 +323,13 @@ class PlanGraph(PlanAlternatives, PlanOrder):
             self._op_classes = [c for c in self.g if not isinstance(c, tuple) and self.member(c) is not None]
         return self._op_classes
 
-    def groups(self, group_key: Callable, options: dict, fused: set) -> Iterator[list[Member]]:
+    def groups(self, group_key: Callable, options: dict, fused: set, *, any_strides: bool = False,
+               wants_options: bool = False, shared_input: bool = False) -> Iterator[list[Member]]:
         """Yield groups to fuse, Optimus' way (module docstring). The caller must call :meth:`fused_op`
-        for each group it fuses before asking for the next one."""
+        for each group it fuses before asking for the next one. ``any_strides``, ``wants_options``,
+        ``shared_input``: the pattern's flags (:class:`optimus_eq.registry.HorizontalPattern`)."""
         depth = options["max_fuse_search_depth"]
         lo = options["min_fuse_set_size"]
-        any_strides = getattr(group_key, "any_strides", False)
-        wants_options = getattr(group_key, "wants_options", False)
         # the group key of every op that has one; the rest (views, lists, opaque ops, ops of other patterns,
         # keys of None) are absent: not candidates, and the search goes past them
         keys: dict = {}
@@ -425,7 +425,7 @@ class PlanGraph(PlanAlternatives, PlanOrder):
                 if len(cands) < lo or (self.alternatives and lo > 1 and not self.worth_adding(cands)):
                     continue
                 yield from self._independent_subsets(cands, options, fused)
-        if getattr(group_key, "shared_input", False):
+        if shared_input:
             # the key names the one input all members read (the linears of one input): its members are found by
             # that input, wherever their users join. The search over inputs stops at every match, so
             # readers of x whose paths to a common user cross other matched ops (DLRM's cross net: each
