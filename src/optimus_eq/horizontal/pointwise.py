@@ -5,7 +5,7 @@ batch_dropout; batch_aten_*): n identical ops of equal shapes -> the op on the s
 from __future__ import annotations
 
 from optimus_eq.terms import MAX_RANK
-from optimus_eq.registry import HorizontalPattern
+from optimus_eq.registry import HorizontalPattern, horizontal
 
 #: Ops whose every call draws fresh random numbers: a fused call gets a key of its own (never merged).
 RANDOM_OPS = frozenset(["dropout"])
@@ -51,14 +51,9 @@ def build_pointwise(w, members) -> None:
 
 def _pointwise(name: str, op: str, doc: str, exclude_outputs: bool = False,
                level: str = "pre_grad") -> HorizontalPattern:
-    return HorizontalPattern(
-        name=name,
-        levels=(level,),
-        doc=doc,
-        group_key=pointwise_key(frozenset([op]), exclude_outputs),
-        build=build_pointwise,
-        builtin=(level,),
-    )
+    """The batched ``op`` at ``level``, under the built-in's pass name ``name``."""
+    return horizontal(name, (level,), pointwise_key(frozenset([op]), exclude_outputs), build_pointwise, doc,
+                      builtin=(level,))
 
 
 batch_tanh = _pointwise("batch_tanh", "tanh", """Independent tanh of equal shapes become one.
