@@ -191,7 +191,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         for fb in t["fallbacks"]:
             lines.append(f"  FELL BACK to the original graph: {fb}")
         if t["patterns_fired"]:
-            lines.append("  patterns: " + ", ".join(f"{k} x{v}" for k, v in sorted(t["patterns_fired"].items())))
+            lines.append("  patterns (rewrites in the plan): "
+                         + ", ".join(f"{k} x{v}" for k, v in sorted(t["patterns_fired"].items())))
         if args.verbose:
             for g in r.graphs:
                 lines.append(f"  [{g.name}] " + g.report.summary().replace("\n", "\n  "))

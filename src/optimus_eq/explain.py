@@ -78,7 +78,7 @@ class GraphExplanation:
     Attributes:
         credits: pattern -> names of the input ops it is credited with (leave-one-out).
         uncredited: input ops rewritten or removed that no single pattern's absence keeps.
-        unused: pattern -> what applying it alone would do, for the patterns that matched (``patterns_fired``)
+        unused: pattern -> what applying it alone would do, for the patterns that matched (``rule_matches``)
             but are credited with no op (for eqsat: alternatives extraction did not choose, or rewrites another
             pattern also makes): :func:`alone_cost`'s text; empty without credits.
         left_alone: op name -> why it was kept verbatim.
@@ -124,7 +124,7 @@ def attribute(g: GraphRun, strategy: str, level: str, options: dict) -> tuple[di
     chosen = _patterns(level, options)
     canonical = {p.name for p in options.get("registry", DEFAULT_REGISTRY) if p.kind == "canonical"}
     credits: dict[str, list[str]] = {}
-    for pattern in sorted(p for p, n in g.report.patterns_fired.items() if n and p not in canonical and p in chosen):
+    for pattern in sorted(p for p, n in g.report.rule_matches.items() if n and p not in canonical and p in chosen):
         rest = [p for p in chosen if p != pattern]
         opts = dict(options)
         if "pattern_options" in opts:
@@ -258,7 +258,7 @@ def explain(spec: ModelSpec, strategies: list[str], level: str = "pre_grad", opt
             if credits and s != "none" and not g.report.fallback:
                 e.credits, e.uncredited = attribute(g, s, level, options)
                 canonical = {p.name for p in DEFAULT_REGISTRY if p.kind == "canonical"}
-                unused = sorted(p for p, n in g.report.patterns_fired.items()
+                unused = sorted(p for p, n in g.report.rule_matches.items()
                                 if n and p not in e.credits and p not in canonical)
                 e.unused = {p: alone_cost(g, p, level, options) for p in unused}
             else:
