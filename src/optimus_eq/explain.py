@@ -336,7 +336,7 @@ pre { background: #f6f6f6; padding: 0.6em; overflow-x: auto; }
 .pictures svg { max-width: 100%; height: auto; display: block; }
 .pictures input.zoom:checked ~ svg { max-width: none; }
 .pictures label { font-size: 0.85em; color: #555; margin-left: 1em; }
-.legend span { padding: 1px 6px; border: 1px solid #999; margin-right: 6px; }
+.legend { line-height: 2.2; } .legend span { padding: 1px 6px; border: 1px solid #999; margin-right: 6px; }
 """
 
 

@@ -58,11 +58,12 @@ def credit_rewrites(changes: Mapping, patterns: Iterable[Pattern]) -> Counter:
             (``optimus_bridge.provenance.rewritten_classes``).
         patterns: the patterns that ran, in pass order.
     """
-    shapes = rule_shapes(patterns)
+    first: dict[tuple[str, str | None], str] = {}  # (left root, right root or None) -> first pattern in pass order
+    for name, lhs, rhs in rule_shapes(patterns):
+        first.setdefault((lhs, rhs), name)
     out: Counter = Counter()
     for ctor, chosen in changes.values():
-        exact = next((name for name, lhs, rhs in shapes if lhs == ctor and rhs == chosen), None)
-        name = exact or next((name for name, lhs, rhs in shapes if lhs == ctor and rhs is None), None)
+        name = first.get((ctor, chosen)) or first.get((ctor, None))
         if name is not None:
             out[name] += 1
     return out
