@@ -206,7 +206,7 @@ def run_case(size: int | str, strategy: str, repeats: int = 1, warmup: bool = Tr
         egraph_nodes=rep.egraph_nodes, egraph_classes=rep.egraph_classes,
         iterations=rep.iterations, stop_reason=rep.stop_reason, fallback=rep.fallback,
         ops_before=dict(rep.ops_before), ops_after=dict(rep.ops_after),
-        patterns_fired=dict(rep.patterns_fired),
+        patterns_fired=dict(rep.patterns_fired), rule_matches=dict(getattr(rep, "rule_matches", {})),
         # optional Report fields (present in the current Report, not in the minimal contract)
         **{k: getattr(rep, k) for k in ("extractor", "extract_note", "cost_before", "cost_after", "left_opaque",
                                         "extraction", "limits")

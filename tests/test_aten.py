@@ -47,7 +47,7 @@ class AotChecked:
         return self.reports[0]
 
     def fired(self, name: str) -> int:
-        return sum(r.patterns_fired[name] for r in self.reports)
+        return sum(r.rule_matches[name] for r in self.reports)
 
 
 def aot_check(fn: Callable, inputs, strategy: str, *, patterns=None, grad: bool = True, **options) -> AotChecked:
@@ -379,7 +379,7 @@ def test_post_grad_pattern_soundness(name, strategy, data):
     done_earlier = strategy == "greedy" and not alone and any(
         c.fired(n) for n in POST_GRAD if n not in (name, "normalization_aten_pass"))
     assert fired > 0 or trivial or done_earlier, \
-        f"{name} did not fire ({case.note}); fired: {dict(c.fw.patterns_fired)}"
+        f"{name} did not fire ({case.note}); fired: {dict(c.fw.rule_matches)}"
 
 
 def _run_len(note: str) -> int:

@@ -44,7 +44,7 @@ def test_global_options_become_ours_and_the_builtin_passes_are_off(monkeypatch, 
         assert inductor_config.pre_grad_fusion_options  # the user's global config is not changed
     assert patches["pre_grad_fusion_options"] == {}
     assert "post_grad_fusion_options" not in patches  # not ours: post_grad=False
-    assert report.patterns_fired.get("batch_linear", 0) >= 1  # three linears, min_fuse_set_size 2 (default 5)
+    assert report.rule_matches.get("batch_linear", 0) >= 1  # three linears, min_fuse_set_size 2 (default 5)
     assert any("read as" in n for n in report.notes) and any("switched off" in n for n in report.notes)
 
 
@@ -53,7 +53,7 @@ def test_explicit_patterns_win_over_the_global_options(monkeypatch):
         backend = optimus_eq.backend(strategy="greedy", patterns=["split_cat_pass"])
         patches, report = _compile_capturing_patches(monkeypatch, backend, _args(3))
     assert patches["pre_grad_fusion_options"] == {}
-    assert "batch_linear" not in report.patterns_fired
+    assert "batch_linear" not in report.rule_matches
     assert not any("read as" in n for n in report.notes)
 
 

@@ -31,7 +31,7 @@ def test_bmm_add_under_runtime_autocast_keeps_the_autocast_dtype(strategy):
     xs = [rand(4, 8, seed=i) for i in range(3)]
     gm, ex = dynamo_graph(f, *xs)
     gm2, report = optimus_eq.optimize(gm, ex, strategy=strategy, **SMALL)
-    assert report.patterns_fired["batch_linear"] == 1 and "bmm_add" in gm2.code
+    assert report.rule_matches["batch_linear"] == 1 and "bmm_add" in gm2.code
     with torch.autocast("cpu", dtype=torch.bfloat16):
         expected, actual = gm(*ex)[0], gm2(*ex)[0]
     assert actual.dtype == expected.dtype == torch.bfloat16
@@ -74,6 +74,6 @@ def test_gemv_under_runtime_autocast_keeps_the_autocast_dtype():
 
     gm, ex = dynamo_graph(f, rand(4, 16, seed=3))
     gm2, report = optimus_eq.optimize(gm, ex, strategy="greedy", registry=_cpu_registry())
-    assert report.patterns_fired["decompose_gemv_pass"] == 1
+    assert report.rule_matches["decompose_gemv_pass"] == 1
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert gm2(*ex)[0].dtype == gm(*ex)[0].dtype == torch.bfloat16

@@ -39,7 +39,7 @@ def test_split_tanh_cat_becomes_one_tanh(strategy):
     r = check(f, [rand(5, 12)], strategy).report
     assert junk_after(r) == 0
     assert ops(r, "tanh") == 1
-    assert r.patterns_fired["pointwise_through_slice"] > 0
+    assert r.rule_matches["pointwise_through_slice"] > 0
 
 
 def test_unbind_stack_in_order_folds(strategy):
@@ -286,7 +286,7 @@ def test_cat_dim_differs_from_split_dim(strategy):
 
     r = check(f, [rand(3, 4)], strategy).report
     # equal pieces, the whole cat: x.view(3, 2, 2).permute(1, 0, 2).reshape(6, 2), one copy for the cat
-    assert ops(r, "cat") == 0 and r.patterns_fired["split_cat_pass"] > 0, dict(r.ops_after)
+    assert ops(r, "cat") == 0 and r.rule_matches["split_cat_pass"] > 0, dict(r.ops_after)
 
 
 def test_cat_of_pieces_along_another_dim_out_of_order_stays(strategy):
@@ -296,7 +296,7 @@ def test_cat_of_pieces_along_another_dim_out_of_order_stays(strategy):
         return torch.cat([b, a], 0), torch.cat([a, c], 0)
 
     r = check(f, [rand(3, 4)], strategy).report
-    assert ops(r, "cat") == 2 and not r.patterns_fired["split_cat_pass"], dict(r.patterns_fired)
+    assert ops(r, "cat") == 2 and not r.rule_matches["split_cat_pass"], dict(r.rule_matches)
 
 
 def test_cat_negative_dim_matches_positive_split_dim(strategy):

@@ -66,7 +66,7 @@ def _worker(rank: int, world: int, port: int, kind: str, strategy: str, queue) -
         ref(x).sum().backward()
         compiled(x).sum().backward()
         errors = [float((a - b).abs().max()) for a, b in zip(_grads(ours), _grads(ref))]
-        reports = [(r.fallback, r.nodes_before, r.nodes_after, dict(r.patterns_fired)) for r in optimus_eq.last_reports]
+        reports = [(r.fallback, r.nodes_before, r.nodes_after, dict(r.rule_matches)) for r in optimus_eq.last_reports]
         queue.put((rank, errors, reports, None))
     except Exception as exc:  # noqa: BLE001 -- reported to the test process
         queue.put((rank, None, None, repr(exc)))

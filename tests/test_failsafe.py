@@ -155,7 +155,7 @@ def test_strategy_none_returns_graph_unchanged():
         warnings.simplefilter("error")
         gm2, report = optimus_eq.optimize(gm, ex, strategy="none")
     assert gm2 is gm and str(gm2.graph) == before
-    assert report.fallback is None and not report.patterns_fired
+    assert report.fallback is None and not report.rule_matches
     assert report.ops_after == report.ops_before and report.nodes_after == report.nodes_before
     torch.testing.assert_close(gm2(x)[0], model(x))
 
@@ -263,7 +263,7 @@ def test_egraph_is_extracted_once_per_state(monkeypatch, strategy, patterns, fus
     c = check(fn, xs, strategy, source="fx", patterns=patterns)
     assert c.report.fallback is None
     assert len(calls) == extractions[strategy], calls
-    assert ("batch_tanh" in c.report.patterns_fired) == fusing
+    assert ("batch_tanh" in c.report.rule_matches) == fusing
     assert c.report.times["extract"] > 0 and c.report.times["search"] > 0
 
 

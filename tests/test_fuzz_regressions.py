@@ -341,7 +341,7 @@ def test_einsum_to_pointwise_keeps_narrow_integer_dtypes(strategy, dtype):
     g = torch.Generator().manual_seed(0)
     x, w = (torch.randint(-4, 4, s, generator=g).to(dtype) for s in ((3, 4), (4, 2)))
     r = check(f, [x, w], strategy, grad=False, patterns=["einsum_to_pointwise_pass", "normalization_pass"]).report
-    assert bool(r.patterns_fired.get("einsum_to_pointwise_pass")) == (dtype == torch.int64)
+    assert bool(r.rule_matches.get("einsum_to_pointwise_pass")) == (dtype == torch.int64)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
@@ -353,7 +353,7 @@ def test_decompose_mm_keeps_narrow_integer_dtypes(strategy, dtype):
     x, w = (torch.randint(-4, 4, s, generator=g).to(dtype) for s in ((1, 5), (5, 3)))
     c = aot_check(lambda x, w: (x @ w) * 2, [x, w], strategy, grad=False,
                   patterns=["decompose_mm_pass", "normalization_aten_pass"])
-    assert bool(c.reports[0].patterns_fired.get("decompose_mm_pass")) == (dtype == torch.int64)
+    assert bool(c.reports[0].rule_matches.get("decompose_mm_pass")) == (dtype == torch.int64)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
@@ -392,7 +392,7 @@ def test_zero_row_weight_in_a_fused_linear_keeps_its_empty_gradient():
     for strategy in STRATEGIES:
         r = check(f, [rand(4, 6), rand(0, 6), rand(7, 6)], strategy,
                   pattern_options={"batch_linear_lhs": {"min_fuse_set_size": 2}}).report
-        assert not r.patterns_fired.get("batch_linear_lhs")
+        assert not r.rule_matches.get("batch_linear_lhs")
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)

@@ -47,7 +47,7 @@ def test_gemv_head_is_a_multiply_and_a_sum(strategy, bias):
     head, f = _head_model(bias)
     c = check(f, [rand(6, 32, seed=1), rand(6, 32, seed=2)], strategy, registry=_cpu_registry(), trace_grad=True)
     r = c.report
-    assert r.patterns_fired["decompose_gemv_pass"] == 1
+    assert r.rule_matches["decompose_gemv_pass"] == 1
     if strategy == "greedy":  # greedy replaces it; eqsat's cost model keeps the linear (no fusion credit)
         assert r.ops_after["linear"] == 0 and r.ops_after["sum"] == 1 and r.ops_after["mul"] == 1
     # the head's parameter gradients (check compares the inputs'): eager's, against a float64 reference
@@ -74,7 +74,7 @@ def test_gemv_rank3_bf16_is_rounded_once(strategy):
     head, f = _head_model(True, torch.bfloat16, width=64)
     xs = [rand(3, 5, 64, dtype=torch.bfloat16, seed=3), rand(3, 5, 64, dtype=torch.bfloat16, seed=4)]
     c = check(f, xs, strategy, registry=_cpu_registry())
-    assert c.report.patterns_fired["decompose_gemv_pass"] == 1
+    assert c.report.rule_matches["decompose_gemv_pass"] == 1
 
 
 def test_gemv_not_on_cpu_by_default_nor_for_two_outputs(strategy):
@@ -83,4 +83,4 @@ def test_gemv_not_on_cpu_by_default_nor_for_two_outputs(strategy):
     assert check(f, xs, strategy).report.ops_after["linear"] == 1  # CPU: an addmm is one kernel there
     head2, f2 = _head_model(True, out=2)
     r = check(f2, xs, strategy, registry=_cpu_registry()).report
-    assert r.ops_after["linear"] == 1 and r.patterns_fired["decompose_gemv_pass"] == 0
+    assert r.ops_after["linear"] == 1 and r.rule_matches["decompose_gemv_pass"] == 0

@@ -88,7 +88,7 @@ def test_batch_linear_detached_and_dead_members_keep_none_gradients(strategy):
             return self.l[0](x0) + self.l[1](x1), self.l[2](x2).detach() * 2, self.l[3](x3) > 0
 
     _, r = optimize(M(4), _xs(4, 2, 4), strategy, **SMALL)
-    assert r.patterns_fired["batch_linear"] == 2, dict(r.patterns_fired)  # {l0, l1} and {l2, l3}
+    assert r.rule_matches["batch_linear"] == 2, dict(r.rule_matches)  # {l0, l1} and {l2, l3}
 
 
 def test_batch_linear_lhs_detached_member_keeps_none_gradients(strategy):
@@ -97,7 +97,7 @@ def test_batch_linear_lhs_detached_member_keeps_none_gradients(strategy):
             return self.l[0](x) * self.l[1](x), self.l[2](x).detach(), self.l[3](x) > 0
 
     _, r = optimize(M(4), _xs(1, 2, 4), strategy, **SMALL)
-    assert r.patterns_fired["batch_linear_lhs"] == 2, dict(r.patterns_fired)
+    assert r.rule_matches["batch_linear_lhs"] == 2, dict(r.rule_matches)
 
 
 def test_batch_layernorm_detached_member_keeps_none_gradients(strategy):
@@ -114,7 +114,7 @@ def test_batch_layernorm_detached_member_keeps_none_gradients(strategy):
             return self.n[0](x0) + self.n[1](x1), self.n[2](x2).detach() + self.n[3](x3).detach()
 
     _, r = optimize(M(), _xs(4, 2, 4), strategy, **SMALL)
-    assert r.patterns_fired["batch_layernorm"] == 2, dict(r.patterns_fired)
+    assert r.rule_matches["batch_layernorm"] == 2, dict(r.rule_matches)
 
 
 def test_members_feeding_different_outputs_are_not_fused(strategy):
@@ -126,7 +126,7 @@ def test_members_feeding_different_outputs_are_not_fused(strategy):
             return self.l[0](x0), self.l[1](x1)
 
     _, r = optimize(M(2), _xs(2, 2, 4), strategy, **SMALL)
-    assert "batch_linear" not in r.patterns_fired
+    assert "batch_linear" not in r.rule_matches
 
 
 def test_training_graph_with_one_output_still_fuses(strategy):
@@ -137,7 +137,7 @@ def test_training_graph_with_one_output_still_fuses(strategy):
             return torch.stack([torch.relu(l(x)) for l, x in zip(self.l, xs)]).sum()
 
     _, r = optimize(M(6), _xs(6, 2, 4), strategy)
-    assert r.patterns_fired["batch_linear"] == 1, dict(r.patterns_fired)
+    assert r.rule_matches["batch_linear"] == 1, dict(r.rule_matches)
     assert r.ops_after["linear"] == 0 and r.ops_before["linear"] == 6
 
 
@@ -195,7 +195,7 @@ def test_frozen_linears_batched_with_a_trained_one_need_no_grad(strategy):
             return self.l[0](x0), self.l[1](x1), self.l[2](x2)
 
     _, r = optimize(M(), _xs(3, 2, 4), strategy, **SMALL)
-    assert r.patterns_fired["batch_linear"] == 1  # the two frozen ones
+    assert r.rule_matches["batch_linear"] == 1  # the two frozen ones
 
 
 def test_pointwise_members_without_grad_stay_without_grad(strategy):
@@ -206,7 +206,7 @@ def test_pointwise_members_without_grad_stay_without_grad(strategy):
     xs[0].requires_grad_()
     xs[1].requires_grad_()
     _, r = optimize(f, xs, strategy, **SMALL)
-    assert r.patterns_fired["batch_tanh"] == 2  # {a, b} and {c, d}
+    assert r.rule_matches["batch_tanh"] == 2  # {a, b} and {c, d}
 
 
 # -- the lowering's check, with the grouping guard switched off -------------------------------------------
@@ -228,7 +228,7 @@ def test_lowering_detaches_outputs_eager_does_not_differentiate(strategy, monkey
     xs = _xs(3, 2, 3)
     xs[0].requires_grad_()
     gm2, r = optimize(f, xs, strategy, **SMALL)
-    assert r.patterns_fired["batch_tanh"] == 1
+    assert r.rule_matches["batch_tanh"] == 1
     assert any(n.target == "detach" for n in gm2.graph.nodes)
 
 
@@ -245,7 +245,7 @@ def test_lowering_falls_back_on_extra_gradient_paths(strategy, monkeypatch):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         gm2, r = optimus_eq.optimize(gm, ex, strategy=strategy, **SMALL)
-    assert r.patterns_fired["batch_linear"] == 1
+    assert r.rule_matches["batch_linear"] == 1
     fused = any(n.target in (torch.bmm, torch.baddbmm, bmm_add) for n in gm2.graph.nodes)
     if strategy == "greedy" or r.fallback is not None:  # greedy fuses destructively: only the fallback is left
         assert not fused and r.fallback is not None and "gradient paths" in r.fallback

@@ -59,7 +59,7 @@ def test_pointwise_group_per_dtype(name, strategy):
 
     xs = [rand(3, 4, seed=i) for i in range(3)] + [rand(3, 4, dtype=torch.bfloat16, seed=10 + i) for i in range(3)]
     r = check(f, xs, strategy, **SMALL).report
-    assert r.patterns_fired[name] == 2, dict(r.patterns_fired)  # one group per dtype
+    assert r.rule_matches[name] == 2, dict(r.rule_matches)  # one group per dtype
     assert r.ops_before[kind] == 6 and r.ops_after[kind] == 2, dict(r.ops_after)
     assert r.ops_after["stack"] == 2
 
@@ -69,7 +69,7 @@ def test_detach_group(strategy):
         return [t * 2 + t.detach() for t in (a, b, c, d)]
 
     r = check(f, [rand(2, 5, seed=i) for i in range(4)], strategy, **SMALL).report
-    assert r.patterns_fired["batch_detach"] == 1
+    assert r.rule_matches["batch_detach"] == 1
     assert r.ops_after["detach"] == 1
 
 
@@ -78,7 +78,7 @@ def test_detach_outputs_are_left_alone(strategy):
         return a.detach(), b.detach(), c.detach()
 
     r = check(f, [rand(2, 5, seed=i) for i in range(3)], strategy, **SMALL).report
-    assert "batch_detach" not in r.patterns_fired  # eager's detach aliases its input
+    assert "batch_detach" not in r.rule_matches  # eager's detach aliases its input
 
 
 def test_shapes_and_attributes_split_groups(strategy):
@@ -88,7 +88,7 @@ def test_shapes_and_attributes_split_groups(strategy):
 
     xs = [rand(2, 3, seed=i) for i in range(6)] + [rand(3, 3, seed=7 + i) for i in range(3)]
     r = check(f, xs, strategy, **SMALL).report
-    assert r.patterns_fired["batch_clamp"] == 3
+    assert r.rule_matches["batch_clamp"] == 3
     assert r.ops_after["clamp"] == 3
 
 
@@ -100,7 +100,7 @@ def test_dependent_ops_never_share_a_group(strategy):
         return t2 + t3, t1
 
     r = check(f, [rand(3, 4, seed=0), rand(3, 4, seed=1)], strategy, **SMALL).report
-    assert r.patterns_fired["batch_tanh"] == 1
+    assert r.rule_matches["batch_tanh"] == 1
     # greedy fuses {t1, t3} (t2 alone); eqsat may find two tanh cheaper than a stack and one tanh
     assert r.ops_after["tanh"] == 2 if strategy == "greedy" else r.ops_after["tanh"] in (2, 3)
 
@@ -116,7 +116,7 @@ def test_opaque_order_is_a_dependency(strategy):
         return c1, t2
 
     r = check(f, [rand(3, 4, seed=0), rand(3, 4, seed=1)], strategy, **SMALL).report
-    assert "batch_tanh" not in r.patterns_fired
+    assert "batch_tanh" not in r.rule_matches
     assert r.ops_after["tanh"] == 2
 
 
@@ -134,7 +134,7 @@ def test_batch_linear_independent_inputs(strategy, bias):
         return torch.stack([m(x).relu() for m, x in zip(mods, xs)])  # outputs (tests/test_gradients.py)
 
     r = check(f, [rand(4, 5, seed=i) for i in range(6)], strategy).report
-    assert r.patterns_fired["batch_linear"] == 1
+    assert r.rule_matches["batch_linear"] == 1
     assert r.ops_after["linear"] == 0
     # float32 with bias: bmm then a bias add that Inductor fuses into the relu (no baddbmm bias copy)
     assert r.ops_after["bmm_add" if bias else "bmm"] == 1 and r.ops_after["baddbmm"] == 0
@@ -148,7 +148,7 @@ def test_batch_linear_rank3_inputs_fp32_and_bf16(strategy):
 
     xs = [rand(2, 3, 6, seed=i) for i in range(6)] + [rand(2, 3, 6, dtype=torch.bfloat16, seed=9 + i) for i in range(6)]
     r = check(f, xs, strategy).report
-    assert r.patterns_fired["batch_linear"] == 2
+    assert r.rule_matches["batch_linear"] == 2
     # float32: bmm_add; bf16 keeps baddbmm (bmm_add would round the product before adding the bias)
     assert r.ops_after["linear"] == 0 and r.ops_after["bmm_add"] == 1 and r.ops_after["baddbmm"] == 1
 
@@ -168,7 +168,7 @@ def test_batch_linear_parameter_gradients_are_eager_s_and_need_no_copy(strategy,
 
     xs = [rand(2, 3, 5, seed=i) for i in range(6)]
     c = check(f, xs, strategy)
-    assert c.report.patterns_fired["batch_linear"] == 1 and c.report.ops_after["linear"] == 0
+    assert c.report.rule_matches["batch_linear"] == 1 and c.report.ops_after["linear"] == 0
     gm, ex = dynamo_graph(f, *xs)
     out, _ = optimus_eq.optimize(gm, ex, strategy=strategy)
     params = [a for a in ex if isinstance(a, torch.nn.Parameter)]
@@ -211,7 +211,7 @@ def test_batch_linear_inference_members_are_contiguous_as_eager(strategy):
         with torch.set_grad_enabled(grad):
             gm, ex = dynamo_graph(f, *xs)
             out, report = optimus_eq.optimize(gm, ex, strategy=strategy)
-            assert report.patterns_fired["batch_linear"] == 1
+            assert report.rule_matches["batch_linear"] == 1
             (bmm,) = [n for n in out.graph.nodes if n.target is bmm_add]
             shapes = [a.meta["val"].shape for a in bmm.args[1:]]
             assert shapes[0] == ((6, 3, 5) if want_contiguous else (6, 4, 5)), shapes  # X or W first
@@ -230,7 +230,7 @@ def test_split_linears_cat_is_one_batched_matmul_between_views(strategy):
 
     c = check(f, [rand(5, n * d)], strategy)
     r = c.report
-    assert r.patterns_fired["batch_linear"] == 1
+    assert r.rule_matches["batch_linear"] == 1
     assert r.ops_after["bmm_add"] == 1 and r.ops_after["linear"] == 0
     # left: the stacked weights and biases (one stack each), views, and one copy for the output layout
     assert r.ops_after["cat"] == 0 and r.ops_after["split"] == 0 and r.ops_after["getitem"] == 0
@@ -245,9 +245,9 @@ def test_batch_linear_lhs_shared_input(strategy):
         return torch.cat([m(x).sigmoid() * (i + 1) for i, m in enumerate(x_mods)], 1)
 
     r = check(f, [rand(3, 6)], strategy, **SMALL).report
-    assert r.patterns_fired["batch_linear_lhs"] == 1
+    assert r.rule_matches["batch_linear_lhs"] == 1
     assert r.ops_after["linear"] == 1
-    assert "batch_linear" not in r.patterns_fired  # the lhs group took them first
+    assert "batch_linear" not in r.rule_matches  # the lhs group took them first
 
 
 def test_batch_linear_lhs_readers_behind_other_linears(strategy):
@@ -268,7 +268,7 @@ def test_batch_linear_lhs_readers_behind_other_linears(strategy):
 
     res = check(f, [rand(5, width)], strategy)
     r = res.report
-    assert r.patterns_fired["batch_linear_lhs"] == 1
+    assert r.rule_matches["batch_linear_lhs"] == 1
     x = next(n for n in res.gm2.graph.nodes if n.op == "placeholder" and "x" in n.name)
     assert sum(1 for n in x.users if n.target is F.linear) == 1, res.gm2.code
     assert r.ops_after["linear"] == 1 + 2 * k  # the fused one, the C and U linears
@@ -283,7 +283,7 @@ def test_linear_lhs_narrow_outputs_keep_eager_strides(strategy):
         return a, b.view(-1) * 2, c  # outputs: contiguous like eager's; .view(-1) downstream works
 
     r = check(f, [rand(4, 6)], strategy, **SMALL).report
-    assert r.patterns_fired["batch_linear_lhs"] == 1
+    assert r.rule_matches["batch_linear_lhs"] == 1
 
 
 # -- layer norm ------------------------------------------------------------------------------------------
@@ -305,7 +305,7 @@ def test_batch_layernorm(strategy, affine, dtype):
         return torch.cat([ln(p) for ln, p in zip(lns, torch.split(x, 8, 1))], 1)
 
     r = check(f, [rand(3, 48, dtype=dtype)], strategy).report
-    assert r.patterns_fired["batch_layernorm"] == 1
+    assert r.rule_matches["batch_layernorm"] == 1
     assert r.ops_after["layer_norm"] == 1
     assert r.ops_after["cat"] == 0 and r.ops_after["split"] == 0
 
@@ -315,7 +315,7 @@ def test_layernorm_eps_splits_groups(strategy):
         return [F.layer_norm(t, (6,), eps=1e-5 if i < 3 else 1e-3) for i, t in enumerate((a, b, c, d, e, g))]
 
     r = check(f, [rand(2, 6, seed=i) for i in range(6)], strategy, **SMALL).report
-    assert r.patterns_fired["batch_layernorm"] == 2
+    assert r.rule_matches["batch_layernorm"] == 2
     assert r.ops_after["layer_norm"] == 2
 
 
@@ -331,7 +331,7 @@ def test_mutated_member_output_stays_and_the_rest_fuse(strategy):
         return [y * (i + 1) for i, y in enumerate(ys)]
 
     r = check(f, [rand(2, 4, seed=i) for i in range(5)], strategy, **SMALL).report
-    assert r.patterns_fired["batch_clamp"] == 1
+    assert r.rule_matches["batch_clamp"] == 1
     assert r.ops_after["clamp"] == 3  # two frozen + one fused
 
 
@@ -341,7 +341,7 @@ def test_view_downstream_of_fused_member(strategy):
         return [y.view(-1) * 2 for y in ys] + [ys[0].view(2, 6)]
 
     r = check(f, [rand(3, 4, seed=i) for i in range(3)], strategy, **SMALL).report
-    assert r.patterns_fired["batch_tanh"] == 1
+    assert r.rule_matches["batch_tanh"] == 1
 
 
 def test_fused_outputs_do_not_alias_each_other(strategy):
@@ -364,7 +364,7 @@ def test_non_contiguous_eager_outputs_are_not_fused(strategy):
         return [torch.tanh(t.t()) for t in (a, b, c)]
 
     r = check(f, [rand(3, 4, seed=i) for i in range(3)], strategy, **SMALL).report
-    assert "batch_tanh" not in r.patterns_fired
+    assert "batch_tanh" not in r.rule_matches
 
 
 # -- dropout ---------------------------------------------------------------------------------------------
@@ -384,7 +384,7 @@ def test_batch_dropout_in_distribution(strategy, p):
     f, xs = _dropout_graph(p)
     gm, example = dynamo_graph(f, *xs)
     gm2, r = optimus_eq.optimize(gm, example, strategy=strategy, **SMALL)
-    assert r.fallback is None and r.patterns_fired["batch_dropout"] == 1
+    assert r.fallback is None and r.rule_matches["batch_dropout"] == 1
     assert r.ops_after["dropout"] == 1
     ins = [x.clone().requires_grad_(True) for x in xs]
     outs = gm2(*ins)
@@ -407,7 +407,7 @@ def test_dropout_with_fallback_random_is_left_alone(strategy):
     gm, example = dynamo_graph(f, *xs)
     with inductor_config.patch(fallback_random=True):
         gm2, r = optimus_eq.optimize(gm, example, strategy=strategy, **SMALL)
-    assert "batch_dropout" not in r.patterns_fired and r.ops_after["dropout"] == 4
+    assert "batch_dropout" not in r.rule_matches and r.ops_after["dropout"] == 4
 
 
 # -- options, counters, registration ------------------------------------------------------------------
@@ -419,12 +419,12 @@ def _tanh4(a, b, c, d):
 def test_min_and_max_fuse_set_size(strategy):
     xs = [rand(2, 3, seed=i) for i in range(4)]
     r = check(_tanh4, xs, strategy).report  # upstream's default: groups of 5 or more
-    assert "batch_tanh" not in r.patterns_fired and r.ops_after["tanh"] == 4
+    assert "batch_tanh" not in r.rule_matches and r.ops_after["tanh"] == 4
     r = check(_tanh4, xs, strategy, pattern_options={"batch_tanh": {"min_fuse_set_size": 4}}).report
-    assert r.patterns_fired["batch_tanh"] == 1 and r.ops_after["tanh"] == 1
+    assert r.rule_matches["batch_tanh"] == 1 and r.ops_after["tanh"] == 1
     r = check(_tanh4, xs, strategy,
               pattern_options={"batch_tanh": {"min_fuse_set_size": 2, "max_fuse_set_size": 2}}).report
-    assert r.patterns_fired["batch_tanh"] == 2 and r.ops_after["tanh"] == 2
+    assert r.rule_matches["batch_tanh"] == 2 and r.ops_after["tanh"] == 2
 
 
 def test_unknown_option_is_a_clear_error():
@@ -451,7 +451,7 @@ def test_einsum_with_listed_operands_becomes_pointwise(strategy, source):
 
     c = check(fn, [rand(3, 4, 5, seed=0), rand(4, 5, 6, seed=1)], strategy, source=source,
               patterns=["normalization_pass", "einsum_to_pointwise_pass"])
-    assert c.report.patterns_fired["einsum_to_pointwise_pass"] == 1
+    assert c.report.rule_matches["einsum_to_pointwise_pass"] == 1
     if strategy == "greedy":  # eqsat's cost model may keep the einsum
         assert c.report.ops_after.get("einsum", 0) == 0
 
@@ -509,7 +509,7 @@ def test_user_registered_horizontal_pattern_sub_with_alpha(strategy):
 
     xs = [rand(2, 3, seed=i) for i in range(8)]
     r = check(f, xs, strategy, registry=reg).report
-    assert r.patterns_fired["batch_sub_alpha"] == 2  # alpha 2 and alpha 3 never share a group
+    assert r.rule_matches["batch_sub_alpha"] == 2  # alpha 2 and alpha 3 never share a group
     assert r.ops_after["sub"] == 2
 
 
@@ -554,5 +554,5 @@ def test_inductor_compile_per_field_model_forward_and_backward():
     (grad64,) = ref64.grads(lambda ys: ys[0].square().sum(), [xb])
     oracle.assert_values(xa.grad, xb.grad, grad64, "grad of x", grad=True)
     (report,) = [r for r in optimus_eq.last_reports if r.fallback is None]
-    assert report.patterns_fired["batch_linear"] == 1 and report.patterns_fired["batch_layernorm"] == 1
+    assert report.rule_matches["batch_linear"] == 1 and report.rule_matches["batch_layernorm"] == 1
     assert report.ops_after["linear"] == 0 and report.ops_after["layer_norm"] == 1

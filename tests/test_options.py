@@ -65,17 +65,17 @@ def test_options_choose_the_patterns(strategy):
     x, y = rand(3, 8, seed=0), rand(3, 2, seed=1)
     only_split_cat = check(split_cat_then_partial, [x, y], strategy,
                            pre_grad_fusion_options={"split_cat_pass": {}})
-    fired = only_split_cat.report.patterns_fired
+    fired = only_split_cat.report.rule_matches
     assert fired["split_cat_pass"] > 0
     allowed = {"split_cat_pass", *UPSTREAM_SCOPE["split_cat_pass"]}
     assert set(fired) <= allowed, f"patterns outside the options fired: {dict(fired)}"
     only_merge = check(split_cat_then_partial, [x, y], strategy, pre_grad_fusion_options={"merge_getitem_cat_pass": {}})
-    assert set(only_merge.report.patterns_fired) == {"merge_getitem_cat_pass"}
+    assert set(only_merge.report.rule_matches) == {"merge_getitem_cat_pass"}
     assert only_merge.report.ops_after["cat"] == 2  # the full run is split_cat_pass' job
     both = check(split_cat_then_partial, [x, y], strategy,
                  pre_grad_fusion_options={"normalization_pass": {}, "split_cat_pass": {},
                                           "merge_getitem_cat_pass": {}})
-    assert both.report.patterns_fired["normalization_pass"] > 0
+    assert both.report.rule_matches["normalization_pass"] > 0
     assert both.report.ops_after["cat"] == 1
     assert both.report.ops_after["narrow"] == 1
 
@@ -104,7 +104,7 @@ def test_upstream_scope_patterns_get_empty_options():
 
 def test_empty_options_choose_no_pattern():
     c = check(split_cat_then_partial, [rand(3, 8, seed=0), rand(3, 2, seed=1)], "eqsat", pre_grad_fusion_options={})
-    assert not c.report.patterns_fired
+    assert not c.report.rule_matches
     assert c.report.ops_after["cat"] == 2
 
 
@@ -155,7 +155,7 @@ def test_upstream_name_implemented_nowhere_still_raises(monkeypatch):
 def test_note_in_the_report():
     _, report = optimus_eq.optimize(*dynamo_graph(split_cat_then_partial, rand(3, 8), rand(3, 2)),
                                     pre_grad_fusion_options={"split_cat_pass": {}, "merge_stack_tahn_unbind_pass": {}})
-    assert report.fallback is None and report.patterns_fired["split_cat_pass"]
+    assert report.fallback is None and report.rule_matches["split_cat_pass"]
     assert any(n.startswith("merge_stack_tahn_unbind_pass") for n in report.notes)
 
 
@@ -228,8 +228,8 @@ def test_backend_validates_at_construction_and_passes_options():
     for a, e in zip(out, ref):
         torch.testing.assert_close(a, e)
     report = optimus_eq.last_reports[-1]
-    assert report.patterns_fired["split_cat_pass"] > 0
-    assert set(report.patterns_fired) <= {"split_cat_pass", *UPSTREAM_SCOPE["split_cat_pass"]}
+    assert report.rule_matches["split_cat_pass"] > 0
+    assert set(report.rule_matches) <= {"split_cat_pass", *UPSTREAM_SCOPE["split_cat_pass"]}
 
 
 # -- options validated at the call that gives them (issue 11, item 4) ----------------------------------
@@ -303,12 +303,12 @@ def test_limits_edges_stay_valid():
 def test_a_single_pattern_name_is_one_pattern(strategy):
     """``patterns="split_cat_pass"`` means ["split_cat_pass"] (it used to be read letter by letter)."""
     one = check(split_cat_then_partial, [rand(3, 8, seed=0), rand(3, 2, seed=1)], strategy, patterns="split_cat_pass")
-    assert set(one.report.patterns_fired) == {"split_cat_pass"}
+    assert set(one.report.rule_matches) == {"split_cat_pass"}
     be = optimus_eq.backend(strategy, compile=False, patterns="split_cat_pass")
     torch._dynamo.reset()
     optimus_eq.last_reports.clear()
     torch.compile(split_cat_then_partial, backend=be, fullgraph=True)(rand(3, 8), rand(3, 2))
-    assert set(optimus_eq.last_reports[-1].patterns_fired) == {"split_cat_pass"}
+    assert set(optimus_eq.last_reports[-1].rule_matches) == {"split_cat_pass"}
     with pytest.raises(ValueError, match="split_cat_passs"):
         optimus_eq.optimize(*_gm(), patterns="split_cat_passs")
 
@@ -331,4 +331,4 @@ def test_valid_options_of_the_built_in_are_accepted():
         "split_cat_pass": {"counter": 2}, "split_cat_to_slices_pass": {"threshold_to_cat": 5},
         "batch_linear": {"min_fuse_set_size": 2, "max_fuse_set_size": 8, "max_fuse_search_depth": 3,
                          "require_fbgemm": False}})
-    assert r.fallback is None and r.patterns_fired["split_cat_pass"] > 0
+    assert r.fallback is None and r.rule_matches["split_cat_pass"] > 0

@@ -80,7 +80,7 @@ def test_cat_of_split_pieces_along_another_dim(strategy, data):
     fn, inputs, kind, note = data.draw(cat_other_dim(), label="case")
     patterns = _patterns(data.draw, "split_cat_pass")
     r = check(fn, inputs, strategy, source="fx", patterns=patterns).report
-    fired = r.patterns_fired["split_cat_pass"]
+    fired = r.rule_matches["split_cat_pass"]
     if kind == "run":
         assert fired > 0, note
         assert junk_after(r) == 0, (note, dict(r.ops_after))
@@ -162,7 +162,7 @@ def test_stack_of_reshaped_split_pieces(strategy, data):
     patterns = _patterns(data.draw, "move_reshape_out_of_split_stack_pass")
     r = check(fn, inputs, strategy, source="fx", patterns=patterns).report
     if patterns and not permuted:
-        assert r.patterns_fired["move_reshape_out_of_split_stack_pass"] > 0, (note, dict(r.patterns_fired))
+        assert r.rule_matches["move_reshape_out_of_split_stack_pass"] > 0, (note, dict(r.rule_matches))
     if patterns is None and alone_in_stack:  # with the whole set, another pass may take a unit-dim case
         assert junk_after(r) == 0, (note, dict(r.ops_after))
 
@@ -177,7 +177,7 @@ def test_stack_of_reshaped_pieces_is_one_view(strategy):
         return torch.stack((r[0].clone(), r[1].clone(), r[2].clone(), *r, r[3].clone()), dim=0)
 
     c = check(f, [torch.randn(500, 500)], strategy)
-    assert c.report.patterns_fired["move_reshape_out_of_split_stack_pass"] > 0
+    assert c.report.rule_matches["move_reshape_out_of_split_stack_pass"] > 0
     (cat,) = [n for n in c.gm2.graph.nodes if n.target in (torch.cat, torch.stack)]
     assert len(cat.args[0]) == 5, c.gm2.code  # 4 clones and one [5, 10000, 5] view of x
 
@@ -190,4 +190,4 @@ def test_single_reshaped_piece_is_left_alone(strategy):
         return torch.stack([torch.split(x, 4, 1)[1].reshape(-1), y], 0)
 
     r = check(f, [torch.randn(3, 12), torch.randn(12)], strategy).report
-    assert not r.patterns_fired["move_reshape_out_of_split_stack_pass"], dict(r.patterns_fired)
+    assert not r.rule_matches["move_reshape_out_of_split_stack_pass"], dict(r.rule_matches)

@@ -456,8 +456,8 @@ def _run(case: Case, name: str, strategy: str, source: str, alone: bool):
     # an alias pattern (same rules as others, e.g. split_cat_to_slices_pass) fires under its own name
     # when alone; with all patterns on, greedy's earlier pass with the same rules may take the match
     owners = {name} if alone else _same_rules(name)
-    assert any(c.report.patterns_fired[n] > 0 for n in owners), (
-        f"{name} did not fire ({case.note}); fired: {dict(c.report.patterns_fired)}")
+    assert any(c.report.rule_matches[n] > 0 for n in owners), (
+        f"{name} did not fire ({case.note}); fired: {dict(c.report.rule_matches)}")
     return c
 
 
@@ -550,7 +550,7 @@ def test_keyed_tensor_split_stack_reads_the_bags(strategy):
     # the six bags alone (batch_embedding_bag, which would batch them, has its own tests: test_embedding_bag.py)
     gm2, report = optimus_eq.optimize(gm, ex, strategy=strategy,
                                       pattern_options={"batch_embedding_bag": {"min_fuse_set_size": 7}})
-    assert report.patterns_fired["split_of_cat_pass"] >= 6, dict(report.patterns_fired)  # eqsat: more
+    assert report.rule_matches["split_of_cat_pass"] >= 6, dict(report.rule_matches)  # eqsat: more
     targets = [n.target for n in gm2.graph.nodes]
     assert torch.cat not in targets and torch.functional.split not in targets and torch.split not in targets, \
         gm2.code

@@ -161,7 +161,7 @@ def test_post_grad_horizontal_soundness(name, strategy, data):
     grad = "mode" not in case.note  # rounding division has no useful gradient
     c = aot_check(case.fn, case.inputs, strategy, patterns=[name, "normalization_aten_pass"], grad=grad,
                   pattern_options={name: SMALL if case.options is None else case.options})
-    assert c.fw.patterns_fired[name] > 0, f"{name} did not fire ({case.note}): {dict(c.fw.patterns_fired)}"
+    assert c.fw.rule_matches[name] > 0, f"{name} did not fire ({case.note}): {dict(c.fw.rule_matches)}"
     for g in c.graphs:
         for n in g.graph.nodes:
             if n.op == "call_function":
@@ -178,10 +178,10 @@ def test_decompose_mm_respects_upstreams_guards(strategy):
         return aten.mm.default(a, b)
 
     c = aot_check(fn, [a, b], strategy, patterns=["decompose_mm_pass", "normalization_aten_pass"], grad=False)
-    assert c.fw.patterns_fired["decompose_mm_pass"] == 0
+    assert c.fw.rule_matches["decompose_mm_pass"] == 0
     c = aot_check(fn, [a, b], strategy, patterns=["decompose_mm_pass", "normalization_aten_pass"], grad=False,
                   pattern_options={"decompose_mm_pass": {"cpu_max_first_dimension_decomposition": 4}})
-    assert c.fw.patterns_fired["decompose_mm_pass"] == 1
+    assert c.fw.rule_matches["decompose_mm_pass"] == 1
     if strategy == "greedy":
         assert _fused(c, aten.mm.default) == 0 and _fused(c, aten.sum.dim_IntList) == 1
 
@@ -219,7 +219,7 @@ def test_fp32_and_bf16_are_never_fused_together(strategy):
 
     c = aot_check(fn, xs, strategy, patterns=["batch_aten_tanh", "normalization_aten_pass"],
                   pattern_options={"batch_aten_tanh": SMALL})
-    assert c.fw.patterns_fired["batch_aten_tanh"] == 2
+    assert c.fw.rule_matches["batch_aten_tanh"] == 2
     tanhs = [n for n in c.graphs[0].graph.nodes if n.target is aten.tanh.default]
     assert sorted(str(n.meta["val"].dtype) for n in tanhs) == ["torch.bfloat16", "torch.float32"]
     assert all(n.meta["val"].shape[0] == 3 for n in tanhs)
@@ -236,7 +236,7 @@ def test_alpha_scalar_and_tensor_forms_form_separate_groups(strategy):
 
     c = aot_check(fn, xs, strategy, patterns=["batch_aten_sub", "normalization_aten_pass"],
                   pattern_options={"batch_aten_sub": SMALL})
-    assert c.fw.patterns_fired["batch_aten_sub"] == 3
+    assert c.fw.rule_matches["batch_aten_sub"] == 3
     subs = [n for n in c.graphs[0].graph.nodes if n.target is aten.sub.Tensor]
     # eqsat's cost model may keep a pair apart (two launches vs stacks + one launch); never a mixed group
     assert all(tuple(n.meta["val"].shape) in ((2, 3, 4), (3, 4)) for n in subs)
@@ -253,4 +253,4 @@ def test_broadcasting_operands_are_not_fused(strategy):
 
     c = aot_check(fn, xs, strategy, patterns=["batch_aten_mul", "normalization_aten_pass"],
                   pattern_options={"batch_aten_mul": SMALL})
-    assert c.fw.patterns_fired["batch_aten_mul"] == 0
+    assert c.fw.rule_matches["batch_aten_mul"] == 0

@@ -65,4 +65,4 @@ def test_inductor_runs_the_pre_grad_pass(strategy, no_compile_cache):
     assert counters["optimus_eq"]["fallback"] == 0
     report = optimus_eq.last_reports[-1]
     assert report.level == "pre_grad" and report.fallback is None
-    assert report.patterns_fired.get("batch_linear", 0) >= 1
+    assert report.rule_matches.get("batch_linear", 0) >= 1

@@ -118,6 +118,6 @@ def test_user_registered_pattern_is_used_by_both_strategies(user_registry, strat
         return torch.cat([y, a, b, c], 1) * 2
 
     r = check(f, [rand(3, 4), rand(3, 2)], strategy, source="fx", registry=user_registry).report
-    assert r.patterns_fired["my_split_cat"] > 0
+    assert r.rule_matches["my_split_cat"] > 0
     assert r.ops_after.get("split", 0) == 0 and r.ops_after.get("getitem", 0) == 0
-    assert "split_cat_pass" not in r.patterns_fired
+    assert "split_cat_pass" not in r.rule_matches

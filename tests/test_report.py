@@ -33,7 +33,7 @@ def test_cost_after_below_cost_before_on_junk(strategy):
 
 def test_costs_equal_when_nothing_to_do(strategy):
     r = check(_nothing_to_do, [rand(4, 8), rand(8, 3)], strategy).report
-    assert r.patterns_fired.get("pointwise_through_slice", 0) == 0
+    assert r.rule_matches.get("pointwise_through_slice", 0) == 0
     assert r.cost_before == pytest.approx(r.cost_after, rel=1e-9, abs=1e-9)
     assert r.cost_before > 0
 

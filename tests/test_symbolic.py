@@ -99,7 +99,7 @@ def _compare(compiled, model, inputs, grad: bool) -> None:
 
 def _summary(report):
     before, after = report.junk_counts()
-    return {"patterns": dict(report.patterns_fired), "junk removed": before - after,
+    return {"patterns": dict(report.rule_matches), "junk removed": before - after,
             "compute after": {k: report.ops_after.get(k, 0) for k in COMPUTE}}
 
 
@@ -166,7 +166,7 @@ def test_dynamic_true_optimized_as_static(name):
 def test_dynamic_training_gradients(name):
     """Gradients of the parameters through the symbolic graphs equal eager's (float64 oracle)."""
     seen = _run(name, "greedy", None, grad=True)
-    assert seen[-1][1] and seen[-1][0].patterns_fired
+    assert seen[-1][1] and seen[-1][0].rule_matches
 
 
 def _batched_linears(x, ws, bs):
@@ -188,7 +188,7 @@ def test_two_symbolic_dims_rebuilt_at_run_time():
     gm2, report = optimus_eq.optimize(gm, example_inputs, strategy="greedy",
                                       pattern_options={"batch_linear": {"min_fuse_set_size": 2}})
     assert report.fallback is None, report.fallback
-    assert report.patterns_fired["batch_linear"] == 1
+    assert report.rule_matches["batch_linear"] == 1
     assert report.ops_after["linear"] == 0
     vals = _placeholder_vals(gm)
     xval = next(v for v in vals if isinstance(v, torch.Tensor) and v.dim() == 3)
@@ -233,4 +233,4 @@ def test_inductor_dynamic_true():
             oracle.compare_runs(compiled(*inputs), model(*inputs), inputs, inputs, ref64, grad=False)
     reports = list(optimus_eq.last_reports)
     assert reports and all(r.fallback is None for r in reports)
-    assert reports[-1].patterns_fired["batch_linear"] and reports[-1].patterns_fired["split_cat_pass"]
+    assert reports[-1].rule_matches["batch_linear"] and reports[-1].rule_matches["split_cat_pass"]

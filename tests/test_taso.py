@@ -55,7 +55,7 @@ def test_taso_matches_eager_and_is_no_dearer_than_greedy(fn, shape):
 def test_taso_folds_the_split_tanh_cat_chain():
     r = check(split_tanh_cat, [rand(5, 12)], "taso").report
     assert junk_after(r) == 0 and r.ops_after["tanh"] == 1
-    assert r.patterns_fired["pointwise_through_slice"] > 0
+    assert r.rule_matches["pointwise_through_slice"] > 0
 
 
 def test_expansion_budget_stops_the_search_and_keeps_a_correct_graph():

@@ -30,7 +30,7 @@ def per_field_linears(x, mods):
 def test_tensat_fuses_split_linears_cat_into_one_bmm():
     mods = [torch.nn.Linear(4, 3) for _ in range(6)]
     r = check(lambda x: per_field_linears(x, mods), [rand(5, 24)], "tensat").report
-    assert r.patterns_fired["batch_linear"] == 1
+    assert r.rule_matches["batch_linear"] == 1
     assert r.ops_after["linear"] == 0 and r.ops_after["bmm_add"] == 1 and r.ops_after["baddbmm"] == 0
     assert r.ops_after["cat"] == r.ops_after["split"] == 0  # left: the stacks of weights and biases
 
@@ -45,9 +45,9 @@ def test_k_multi_bounds_the_horizontal_rounds(k_multi):
               strategy_options={"k_multi": k_multi})
     r = c.report
     if k_multi == 0:
-        assert not r.patterns_fired["batch_tanh"] and r.ops_after["tanh"] == 4
+        assert not r.rule_matches["batch_tanh"] and r.ops_after["tanh"] == 4
     else:
-        assert 1 <= r.patterns_fired["batch_tanh"] <= k_multi  # at most one fused alternative per round
+        assert 1 <= r.rule_matches["batch_tanh"] <= k_multi  # at most one fused alternative per round
         assert r.ops_after["tanh"] == 1
 
 

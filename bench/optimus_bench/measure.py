@@ -211,9 +211,12 @@ def _reports_summary(reports: list) -> dict[str, Any]:
     if not reports:
         return {}
     fired: dict[str, int] = {}
+    matches: dict[str, int] = {}
     for r in reports:
         for k, v in r.patterns_fired.items():
             fired[k] = fired.get(k, 0) + int(v)
+        for k, v in getattr(r, "rule_matches", {}).items():
+            matches[k] = matches.get(k, 0) + int(v)
     fallbacks = [r.fallback for r in reports if r.fallback]
     return {
         "graphs": len(reports),
@@ -232,7 +235,10 @@ def _reports_summary(reports: list) -> dict[str, Any]:
         "cost_after_us": _sum_or_none(r.cost_after for r in reports),
         # which cost model priced them (execution mode, constants, "training" when the backward was priced)
         "cost_models": sorted({r.cost_model for r in reports if r.cost_model}),
+        # rewrites the plan uses (comparable across strategies; results before 2026-12-02 hold egglog matches
+        # here), and egglog's rule matches summed over iterations
         "patterns_fired": fired,
+        "rule_matches": matches,
         "fallback": "; ".join(fallbacks) or None,
     }
 

@@ -72,6 +72,40 @@ def kept_reasons(tr: Translation, level: str = "pre_grad") -> dict[str, str]:
     return out
 
 
+def _written(tr: Translation) -> dict[int, tuple[str, int | None]]:
+    """Term handle of each translated op node -> (constructor, op key or None), from the rows that inserted it."""
+    written = {}
+    wanted = {tid for n, tid in tr.node_id.items() if n.op in OP_KINDS}
+    for relation, rows in tr.rows.items():
+        ctor = relation[:-2]
+        if not relation.endswith("In") or ctor not in _TENSOR_CTORS:
+            continue
+        for row in rows:
+            if row and row[0] in wanted:
+                written[row[0]] = (ctor, row[1] if ctor in _KEYED and len(row) > 1 else None)
+    return written
+
+
+def rewritten_classes(tr: Translation, node_of: Mapping, nodes: Mapping, choice: Mapping) -> dict:
+    """The plan's e-classes where an input op is computed another way: e-class -> ``(input constructor,
+    chosen e-node's constructor)``, one entry per e-class (the first translated op in graph order), for the
+    ops :func:`node_fates` calls ``"rewritten"``. Arguments as for :func:`node_fates`."""
+    written = _written(tr)
+    kept = set(tr.kept)
+    out = {}
+    for n, tid in tr.node_id.items():
+        if n.op not in OP_KINDS or n in kept or tid not in written:
+            continue
+        cls = node_of.get(tid)
+        if cls is None or cls not in choice or cls in out:
+            continue
+        en = nodes[choice[cls]]
+        ctor, key = written[tid]
+        if not (en.op == ctor and (key is None or (en.literals and en.literals[0] == key))):
+            out[cls] = (ctor, en.op)
+    return out
+
+
 def node_fates(tr: Translation, node_of: Mapping, nodes: Mapping, choice: Mapping) -> dict[str, str]:
     """FX node name -> ``"kept"``, ``"rewritten"`` or ``"removed"`` for every op node not kept verbatim: the
     translated ones by their term, the others (non-tensor values such as ``x.size()`` that no kept op reads,
@@ -83,15 +117,7 @@ def node_fates(tr: Translation, node_of: Mapping, nodes: Mapping, choice: Mappin
         nodes: e-node id -> e-node with ``op`` and ``literals`` (:attr:`EGraphView.nodes`).
         choice: e-class -> chosen e-node id (:attr:`optimus_eq.extract.Extraction.choice`).
     """
-    written = {}  # term handle -> (constructor, op key or None), from the rows that inserted the node
-    wanted = {tid for n, tid in tr.node_id.items() if n.op in OP_KINDS}
-    for relation, rows in tr.rows.items():
-        ctor = relation[:-2]
-        if not relation.endswith("In") or ctor not in _TENSOR_CTORS:
-            continue
-        for row in rows:
-            if row and row[0] in wanted:
-                written[row[0]] = (ctor, row[1] if ctor in _KEYED and len(row) > 1 else None)
+    written = _written(tr)
     kept = set(tr.kept)
     out = {}
     for n, tid in tr.node_id.items():

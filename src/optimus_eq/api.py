@@ -16,7 +16,7 @@ from optimus_bridge.grad_facts import facts as grad_facts, gradient_info
 from optimus_bridge.graph_meta import _check_example_inputs, _ensure_meta, ir_level  # noqa: F401 (ir_level: public here)
 from optimus_bridge import regions
 from optimus_bridge.lower import lower
-from optimus_bridge.provenance import kept_ops, kept_reasons, node_fates
+from optimus_bridge.provenance import kept_ops, kept_reasons, node_fates, rewritten_classes
 from optimus_bridge.translate import translate
 from optimus_bridge.vocab import op_kind
 from optimus_eq import strategy as strategies, validate
@@ -28,6 +28,7 @@ from optimus_eq.horizontal import HorizontalContext, fuse_round
 from optimus_eq.horizontal.driver import pattern_options as horizontal_options
 from optimus_eq.logs import log_report
 from optimus_eq.options import option_notes, select_patterns
+from optimus_eq.plan_credit import credit_rewrites, groups_in_plan
 from optimus_eq.patterns import DEFAULT_REGISTRY, PatternRegistry
 from optimus_eq.report import Report
 
@@ -158,7 +159,7 @@ def optimize(
     report.cpu_times["total"] = time.process_time() - cpu_start
     report.ops_after = count_ops(result)
     report.nodes_after = len(result.graph.nodes)
-    for name, n in report.patterns_fired.items():
+    for name, n in report.rule_matches.items():  # as the built-in passes count: matches (greedy: applied)
         _counters()[name] += n
     log_report(report)
     last_reports.append(report)
@@ -362,7 +363,7 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
         report.kept_reasons = kept_reasons(tr, level)
         for canonical in (p.name for p in patterns if p.kind == "canonical" and level in p.levels):
             if tr.normalized:  # the translator's canonical forms: counted under the level's canonical pattern
-                report.patterns_fired[canonical] = tr.normalized
+                report.rule_matches[canonical] = report.patterns_fired[canonical] = tr.normalized
         report.times["translate"] = (t1 := time.perf_counter()) - t0
         cpu["translate"] = (c1 := time.process_time()) - c0
 
@@ -388,14 +389,14 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
                 horizontal_s[0] += time.perf_counter() - t - (plans.spent - spent)
                 horizontal_s[1] += time.process_time() - c - (plans.cpu_spent - cpu_spent)
 
-        horizontal.reset = lambda: (hctx.fired.clear(), hctx.members.clear())  # searches that backtrack
+        horizontal.reset = lambda: (hctx.fired.clear(), hctx.members.clear(), hctx.groups.clear())  # backtracking
         result = chosen.search(egraph, patterns, limits, **strategy_options, horizontal=horizontal)
-        report.patterns_fired.update(hctx.fired)
+        report.rule_matches.update(hctx.fired)
         report.iterations, report.stop_reason = result.iterations, result.stop_reason
         for rule, n in result.rule_matches.items():
             owner = registry.owner_of(rule)
             if owner is not None and n:
-                report.patterns_fired[owner] += n
+                report.rule_matches[owner] += n
         t2, c2 = time.perf_counter(), time.process_time()
         in_search, cpu_in_search = plans.spent, plans.cpu_spent  # the horizontal rounds' reads and extractions: extract phase time
         report.times["search"] = t2 - t1 - in_search
@@ -414,6 +415,8 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
         view, ex = plans(egraph)
     report.egraph_nodes, report.egraph_classes = len(view.nodes), len(view.classes)
     report.node_fates = node_fates(tr, view.node_of, view.nodes, ex.choice)
+    report.patterns_fired.update(credit_rewrites(rewritten_classes(tr, view.node_of, view.nodes, ex.choice), patterns))
+    report.patterns_fired.update(groups_in_plan(hctx.groups, view.node_of, view.nodes, ex.choice))
     # the plan that keeps every original term (each FX node's term paid once), in the same cost model
     report.cost_before = input_cost(tr.rows, [tr.node_id[n] for n in dict.fromkeys(tr.roots)], tr.opaque_keys,
                                     cost_model, gradients)
@@ -468,6 +471,7 @@ def _merge_report(report: Report, sub: Report, index: int, largest: bool) -> Non
     """Add one segment's report ``sub`` to the whole graph's ``report`` (``largest``: its e-graph is the
     largest so far, so its extraction is the one reported)."""
     report.patterns_fired.update(sub.patterns_fired)
+    report.rule_matches.update(sub.rule_matches)
     for mine, theirs in ((report.times, sub.times), (report.cpu_times, sub.cpu_times)):
         for k, v in theirs.items():
             mine[k] = mine.get(k, 0.0) + v

@@ -194,9 +194,10 @@ def cmd_optimize(args: argparse.Namespace, spec, strategies: list[str], options:
     print(format_optimize_table(runs, baseline))
     print()
     print("input ops: the captured graph's op nodes, read off each plan the same way (kept: computed as written; "
-          "rewritten: by an equal term; removed: not needed). pattern matches: egglog's rule matches summed over "
-          "iterations (greedy: rewrites applied; eqsat: alternatives offered, chosen or not). plan cost: the cost "
-          "model's estimate, not a measurement.")
+          "rewritten: by an equal term; removed: not needed). rewrites in the plan: per pattern, what the plan uses, "
+          "read off it the same way for every strategy (groups batched, ops rewritten, nodes normalized). rule "
+          "matches: egglog's, summed over iterations (greedy: rewrites applied; eqsat: alternatives offered, "
+          "chosen or not). plan cost: the cost model's estimate, not a measurement.")
     for r in runs:
         t = r.totals()
         lines = [f"{r.strategy}:"]
@@ -207,7 +208,8 @@ def cmd_optimize(args: argparse.Namespace, spec, strategies: list[str], options:
         for fb in t["fallbacks"]:
             lines.append(f"  FELL BACK to the original graph: {fb}")
         if t["patterns_fired"]:
-            lines.append("  patterns: " + ", ".join(f"{k} x{v}" for k, v in sorted(t["patterns_fired"].items())))
+            lines.append("  patterns (rewrites in the plan): "
+                         + ", ".join(f"{k} x{v}" for k, v in sorted(t["patterns_fired"].items())))
         if args.verbose:
             for g in r.graphs:
                 lines.append(f"  [{g.name}] " + g.report.summary().replace("\n", "\n  "))

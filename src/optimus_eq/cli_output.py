@@ -76,7 +76,7 @@ def demo_details(r: dict[str, Any], verbose: bool = False) -> list[str]:
         out.append(f"  fallback: {r['fallback']}")
     fired = r.get("patterns_fired") or {}
     if fired:
-        out.append("  patterns fired: " + ", ".join(f"{k} x{v}" for k, v in sorted(fired.items())))
+        out.append("  patterns (rewrites in the plan): " + ", ".join(f"{k} x{v}" for k, v in sorted(fired.items())))
     if r["strategy"] == "eqsat" and r.get("graphs"):
         out.append(
             f"  e-graph: {r.get('egraph_nodes')} e-nodes, {r.get('egraph_classes')} e-classes, "
@@ -100,7 +100,8 @@ _OPT_ROWS: list[tuple[str, Callable[[Any, dict[str, Any]], str], Callable[[dict[
     ("input ops rewritten", lambda r, t: _fmt(t["fates"].get("rewritten", 0)), lambda t: ""),
     ("input ops removed", lambda r, t: _fmt(t["fates"].get("removed", 0)), lambda t: ""),
     ("ops left opaque", lambda r, t: _fmt(t["left_opaque"]), lambda t: ""),
-    ("pattern matches (egglog)", lambda r, t: _fmt(sum(t["patterns_fired"].values())), lambda t: ""),
+    ("rewrites in the plan", lambda r, t: _fmt(sum(t["patterns_fired"].values())), lambda t: ""),
+    ("rule matches (egglog)", lambda r, t: _fmt(sum(t["rule_matches"].values())), lambda t: ""),
     ("plan cost (us, cost model)", lambda r, t: _fmt(t["cost_after"], ".1f"), lambda t: _fmt(t["cost_before"], ".1f")),
     ("optimizer s", lambda r, t: _fmt(t["optimize_s"], ".2f"), lambda t: ""),
     ("compile s (no Inductor)", lambda r, t: _fmt(r.compile_s, ".2f"), lambda t: ""),

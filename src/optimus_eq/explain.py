@@ -77,7 +77,7 @@ class GraphExplanation:
     Attributes:
         credits: pattern -> names of the input ops it is credited with (leave-one-out).
         uncredited: input ops rewritten or removed that no single pattern's absence keeps.
-        unused: pattern -> what applying it alone would do, for the patterns that matched (``patterns_fired``)
+        unused: pattern -> what applying it alone would do, for the patterns that matched (``rule_matches``)
             but are credited with no op (for eqsat: alternatives extraction did not choose, or rewrites another
             pattern also makes): :func:`alone_cost`'s text; empty without credits.
         left_alone: op name -> why it was kept verbatim.
@@ -123,7 +123,7 @@ def attribute(g: GraphRun, strategy: str, level: str, options: dict) -> tuple[di
     chosen = _patterns(level, options)
     canonical = {p.name for p in options.get("registry", DEFAULT_REGISTRY) if p.kind == "canonical"}
     credits: dict[str, list[str]] = {}
-    for pattern in sorted(p for p, n in g.report.patterns_fired.items() if n and p not in canonical and p in chosen):
+    for pattern in sorted(p for p, n in g.report.rule_matches.items() if n and p not in canonical and p in chosen):
         rest = [p for p in chosen if p != pattern]
         opts = dict(options)
         if "pattern_options" in opts:
@@ -257,23 +257,32 @@ def explain(spec: ModelSpec, strategies: list[str], level: str = "pre_grad", opt
             if credits and s != "none" and not g.report.fallback:
                 e.credits, e.uncredited = attribute(g, s, level, options)
                 canonical = {p.name for p in DEFAULT_REGISTRY if p.kind == "canonical"}
-                unused = sorted(p for p, n in g.report.patterns_fired.items()
+                unused = sorted(p for p, n in g.report.rule_matches.items()
                                 if n and p not in e.credits and p not in canonical)
                 e.unused = {p: alone_cost(g, p, level, options) for p in unused}
             else:
                 e.uncredited = [n for n, f in g.report.node_fates.items() if f != "kept"]
             e.horizontal_misses = horizontal_misses(g, level, min_fuse_set_size)
             if pictures:
-                borders, e.pattern_colours = pattern_borders(e.credits)
-                for which, gm, colours, frame in (
-                        ("before", g.before, picture_colours(g.before, g.report.node_fates, g.report.kept_reasons),
-                         borders),
-                        ("after", g.after, picture_colours(g.after, None, None), None)):
-                    svg = draw(gm, colours, use_dot, frame)
-                    if svg:
-                        e.pictures[which] = svg
+                e.pictures = draw_pictures(e, use_dot)
             graphs[s].append(e)
     return Explanation(spec, level, runs, graphs, method, min_fuse_set_size)
+
+
+def draw_pictures(e: GraphExplanation, use_dot: bool) -> dict[str, str]:
+    """``"before"`` / ``"after"`` -> SVG text of ``e``'s graph (by graphviz's dot when ``use_dot``, else the
+    built-in layout); the before picture's ops framed in the colour of the pattern credited with them (sets
+    ``e.pattern_colours``). A graph over :data:`MAX_PICTURE_NODES` nodes is left out."""
+    g = e.run
+    borders, e.pattern_colours = pattern_borders(e.credits)
+    out = {}
+    for which, gm, colours, frame in (
+            ("before", g.before, picture_colours(g.before, g.report.node_fates, g.report.kept_reasons), borders),
+            ("after", g.after, picture_colours(g.after, None, None), None)):
+        svg = draw(gm, colours, use_dot, frame)
+        if svg:
+            out[which] = svg
+    return out
 
 
 def _by_line(names: list[str], sources: dict[str, SourceLine]) -> list[tuple[str, list[str]]]:
@@ -322,9 +331,20 @@ table { border-collapse: collapse; margin: 0.5em 0; } td, th { border: 1px solid
   vertical-align: top; font-size: 0.9em; text-align: left; }
 code, pre { font-family: Menlo, Consolas, monospace; font-size: 0.85em; }
 pre { background: #f6f6f6; padding: 0.6em; overflow-x: auto; }
-.pictures { display: flex; gap: 1em; align-items: flex-start; overflow-x: auto; }
-.pictures figure { margin: 0; } .legend span { padding: 1px 6px; border: 1px solid #999; margin-right: 6px; }
+.pictures figure { margin: 0 0 1em 0; overflow-x: auto; border: 1px solid #ddd; padding: 4px; }
+.pictures svg { max-width: 100%; height: auto; display: block; }
+.pictures input.zoom:checked ~ svg { max-width: none; }
+.pictures label { font-size: 0.85em; color: #555; margin-left: 1em; }
+.legend { line-height: 2.2; } .legend span { padding: 1px 6px; border: 1px solid #999; margin-right: 6px; }
 """
+
+
+def _figure(ident: str, caption: str, svg: str) -> str:
+    """One picture, scaled down to the page's width; its "actual size" box (CSS only, no script) shows it at
+    full size in a scrolling frame."""
+    ident = html.escape(ident)
+    return (f"<figure><input type='checkbox' class='zoom' id='{ident}'><label for='{ident}'>actual size</label>"
+            f"<figcaption>{html.escape(caption)}</figcaption>{svg}</figure>")
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -359,7 +379,7 @@ def to_html(ex: Explanation, summary_table: str = "") -> str:
         parts.append(f"<p>outputs equal eager: <b>{'yes' if run.outputs_match else 'NO'}</b>"
                      + (f" (max |diff| {run.max_abs_diff:.1e})" if run.max_abs_diff is not None else "")
                      + (f"<br>{esc(run.mismatch)}" if run.mismatch else "") + "</p>")
-        for e in ex.graphs[run.strategy]:
+        for gi, e in enumerate(ex.graphs[run.strategy]):
             r = e.run.report
             parts.append(f"<h3>{esc(e.run.name)}</h3><pre>{esc(r.summary())}</pre>")
             rows = [[f"<b>{esc(p)}</b>", "<br>".join(f"<code>{esc(line)}</code> [{esc(', '.join(ns))}]"
@@ -387,7 +407,7 @@ def to_html(ex: Explanation, summary_table: str = "") -> str:
                                  for p, c in e.pattern_colours.items())
                 parts.append(legend + (f"<p class='legend'>framed by the pattern credited: {frames}</p>" if frames
                                        else "") + "<div class='pictures'>" + "".join(
-                    f"<figure><figcaption>{which}</figcaption>{svg}</figure>" for which, svg in e.pictures.items())
+                    _figure(f"pic-{run.strategy}-{gi}-{which}", which, svg) for which, svg in e.pictures.items())
                     + "</div>")
             elif len(e.run.before.graph.nodes) > MAX_PICTURE_NODES:
                 parts.append(f"<p>(graph over {MAX_PICTURE_NODES} nodes: not drawn)</p>")

@@ -171,11 +171,14 @@ class StrategyRun:
         junk = [r.junk_counts() for r in reps]
         fates: dict[str, int] = {}
         fired: dict[str, int] = {}
+        matches: dict[str, int] = {}
         for r in reps:
             for k, v in r.fate_counts().items():
                 fates[k] = fates.get(k, 0) + v
             for k, v in r.patterns_fired.items():
                 fired[k] = fired.get(k, 0) + v
+            for k, v in r.rule_matches.items():
+                matches[k] = matches.get(k, 0) + v
         costs = [(r.cost_before, r.cost_after) for r in reps]
         known = all(b is not None and a is not None for b, a in costs) and bool(costs)
         return {
@@ -183,7 +186,7 @@ class StrategyRun:
             "nodes_before": sum(r.nodes_before for r in reps), "nodes_after": sum(r.nodes_after for r in reps),
             "junk_before": sum(b for b, _ in junk), "junk_after": sum(a for _, a in junk),
             "left_opaque": sum(r.left_opaque for r in reps),
-            "fates": fates, "patterns_fired": fired,
+            "fates": fates, "patterns_fired": fired, "rule_matches": matches,
             "cost_before": sum(b for b, _ in costs) if known else None,
             "cost_after": sum(a for _, a in costs) if known else None,
             "optimize_s": sum(r.times.get("total", 0.0) for r in reps),

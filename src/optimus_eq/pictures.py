@@ -116,6 +116,7 @@ def layered_svg(gm: GraphModule, colours: dict[str, str], borders: dict[str, str
             pos[n] = (offset + gap_x / 2 + i * (w + gap_x), 10 + d * (h + gap_y))
     height = 20 + (max(rows) + 1) * (h + gap_y)
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
+             f'viewBox="0 0 {width:.0f} {height:.0f}" '
              f'font-family="Helvetica" font-size="9">']
     for n in nodes:
         x2, y2 = pos[n]

@@ -13,11 +13,15 @@ class Report:
     Attributes:
         strategy: ``"none"``, ``"greedy"`` or ``"eqsat"``.
         level: the IR level optimized: ``"pre_grad"`` (Torch-IR) or ``"post_grad"`` (Aten-IR).
-        patterns_fired: pattern name -> firings: egglog matches of its rules summed over iterations (horizontal
-            patterns: groups added; canonical patterns: nodes the translator normalized). For greedy these are
-            rewrites applied (each replaces what it matched); for eqsat, alternatives offered, whether the
-            extracted plan uses them or not, so the figures do not compare across strategies: :attr:`node_fates`
-            does (``optimus-eq explain`` credits patterns by leaving each out).
+        patterns_fired: pattern name -> rewrites the extracted plan uses, read off the plan the same way for
+            every strategy, so greedy's and eqsat's figures compare (:mod:`optimus_eq.plan_credit`): horizontal
+            patterns: groups the plan uses; vertical patterns: the plan's e-classes where an input op is computed
+            another way, each credited to one pattern by the shape of its rules; canonical patterns: nodes the
+            translator normalized. ``optimus-eq explain`` credits patterns exactly, by leaving each out.
+        rule_matches: pattern name -> egglog matches of its rules summed over iterations (horizontal patterns:
+            groups fused or offered; canonical: nodes normalized): what ``patterns_fired`` was before. For greedy
+            these are rewrites applied, chain steps included; for eqsat, alternatives offered whether the plan
+            uses them or not. ``torch._dynamo.utils.counters["optimus_eq"]`` adds these up.
         nodes_before, nodes_after: FX node counts (placeholders and output included).
         ops_before, ops_after: op kind (``"split"``, ``"cat"``, ``"tanh"``, ...) -> FX node count.
         egraph_nodes, egraph_classes: size of the e-graph after the search (term e-nodes, e-classes).
@@ -59,6 +63,7 @@ class Report:
     strategy: str
     level: str = "pre_grad"
     patterns_fired: Counter = field(default_factory=Counter)
+    rule_matches: Counter = field(default_factory=Counter)
     nodes_before: int = 0
     nodes_after: int = 0
     ops_before: Counter = field(default_factory=Counter)
@@ -103,7 +108,7 @@ class Report:
             lines.append("  ops changed: " + ", ".join(
                 f"{k} {self.ops_before.get(k, 0)}->{self.ops_after.get(k, 0)}" for k in changed))
         if self.patterns_fired:
-            lines.append("  patterns: " + ", ".join(f"{k} x{v}" for k, v in sorted(self.patterns_fired.items())))
+            lines.append("  patterns (rewrites in the plan): " + ", ".join(f"{k} x{v}" for k, v in sorted(self.patterns_fired.items())))
         if self.strategy != "none":
             lines.append(f"  e-graph: {self.egraph_nodes} e-nodes, {self.egraph_classes} e-classes, "
                          f"{self.iterations} iterations, stop: {self.stop_reason}; extractor: {self.extractor}"

@@ -311,7 +311,7 @@ def ours_pre(cap: Captured, case: Case, strategy: str) -> tuple[Outcome, GraphMo
         gm2, report = optimus_eq.optimize(cap.gm, cap.example_inputs, strategy=strategy,
                                           pre_grad_fusion_options=copy.deepcopy(case.pre_grad or {}))
     assert str(cap.gm.graph) == before, "optimize() modified its input graph"
-    out = Outcome(counts=count_kinds(gm2), nodes=len(gm2.graph.nodes), fired=Counter(report.patterns_fired),
+    out = Outcome(counts=count_kinds(gm2), nodes=len(gm2.graph.nodes), fired=Counter(report.rule_matches),
                   fallback=report.fallback, graph=str(gm2.graph))
     ours = [str(w.message) for w in caught if "optimus_eq" in str(w.message)]
     if ours and out.fallback is None:

@@ -57,6 +57,9 @@ class HorizontalContext:
         options: pattern name -> option overrides (``min_fuse_set_size``, ...).
         fired: pattern name -> groups fused (greedy) or fused alternatives added (eqsat).
         members: pattern name -> ops in those groups.
+        groups: ``(pattern name, handles of the ops its build made (the batched op), handles of the terms
+            unioned into its members, {(op, key)} of the members)`` per group fused, for
+            :func:`optimus_eq.plan_credit.groups_in_plan`.
         level: the graph's IR level (``"pre_grad"`` or ``"post_grad"``; gradient signatures are pre-grad only).
         eager_terms: ``tr -> EagerTerms`` (``optimus_bridge.eager_terms.eager_terms``, computed once per
             Translation); None: no eager values (no graph outputs known, every class taken as non-contiguous).
@@ -74,12 +77,16 @@ class HorizontalContext:
     options: dict = field(default_factory=dict)
     fired: Counter = field(default_factory=Counter)
     members: Counter = field(default_factory=Counter)
+    groups: list = field(default_factory=list)
     alloc: IdAlloc | None = None
     level: str = "pre_grad"
     skipped: int = 0
     grad_facts: Callable | None = None
     eager_terms: Callable | None = None
     alternatives: bool = True
+
+
+_OP_RELATIONS = ("ApplyIn", "UnaryIn", "BinaryIn")  # rows of compute ops: a group's batched op is one
 
 
 def pattern_options(pattern, overrides: dict) -> dict:
@@ -158,7 +165,12 @@ def fuse_round(egraph, patterns: Sequence, ctx: HorizontalContext, destructive: 
         for members in plan.groups(p.group_key, opts, fused, **flags):
             if alternatives and not plan.worth_adding(members):
                 continue
+            joined, ops = len(writer.rows["UnionIn"]), {r: len(writer.rows[r]) for r in _OP_RELATIONS}
             p.build(writer, members)
+            existing = set(writer._handle.values())  # the plan's e-nodes the build named, re-inserted
+            ctx.groups.append((p.name, [row[0] for r in _OP_RELATIONS for row in writer.rows[r][ops[r]:]
+                                        if row[0] not in existing],
+                               [t for _, t in writer.rows["UnionIn"][joined:]], {(m.op, m.key) for m in members}))
             if destructive:
                 for m in members:
                     writer.subsume(m)
