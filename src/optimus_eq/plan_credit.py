@@ -14,7 +14,7 @@ the plan. Here the counts are read off the plan itself:
   its argument), an exact root match preferred. A function of the input and the plan only, so two
   strategies that reach the same plan report the same counts. It is a cheap credit, not a derivation:
   ``optimus-eq explain``'s leave-one-out credits say exactly which pattern a plan needs;
-- a canonical pattern (``normalization_pass``): the ops the translator normalized, as before.
+- a canonical pattern (the translator's normalization): the ops the translator normalized, as before.
 
 A change with no rule of that shape (a rewrite inside a cat's list, a form the lowering makes) is counted
 under no pattern.
