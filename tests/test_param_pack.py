@@ -29,8 +29,8 @@ def _model(branches: int = 12, layers: int = 2):
     return case.model, case.inputs[0]
 
 
-def _compiled(model, compile: bool = False, **kw):
-    return torch.compile(model, backend=optimus_eq.backend(strategy="greedy", compile=compile, **kw))
+def _compiled(model, compile: bool = False, strategy: str = "greedy", **kw):
+    return torch.compile(model, backend=optimus_eq.backend(strategy=strategy, compile=compile, **kw))
 
 
 def _packing_notes() -> list[str]:
@@ -105,12 +105,13 @@ def _same_training(m, ref, what: str) -> None:
         torch.testing.assert_close(p, q, msg=lambda s: f"{what}: {name}: {s}")
 
 
-def test_training_packs_stacks_and_keeps_every_gradient():
+@pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
+def test_training_packs_stacks_and_keeps_every_gradient(strategy):
     """A training graph's parameter stacks become packed_stack(buffer, params): values, gradients and
     three optimizer steps equal to eager, each branch's gradient a slice of one buffer (no copy)."""
     m, x = _model()
     ref, _ = _model()
-    f = _compiled(m.train())
+    f = _compiled(m.train(), strategy=strategy)
     _train_steps(f, m, x, 3, {"foreach": True})
     _train_steps(ref.train(), ref, x, 3, {"foreach": True})
     assert any("96 parameters in 8 buffers" in n for n in _packing_notes())
