@@ -49,6 +49,10 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import fx, nn
 
+from optimus_bridge import vocab
+from optimus_bridge.aliasing import storage_id
+from optimus_bridge.effects import is_mutation
+
 #: FX targets whose result a parameter buffer can stand for: ``torch.stack`` (dim 0) and ``torch.cat`` (dim 0)
 PACKABLE = {torch.stack: "stack", torch.cat: "cat"}
 
@@ -201,11 +205,7 @@ def packed_stack(buffer: torch.Tensor, sizes: tuple[int, ...] | None, *params: t
 def _read_only(node: fx.Node) -> bool:
     """Whether no node writes into ``node``'s result or a view of it and neither is a graph output (views
     found by the storage of Dynamo's ``example_value`` meta; without meta, a user counts as a view unless
-    its op always returns new storage, :func:`optimus_bridge.aliasing._returns_fresh`)."""
-    from optimus_bridge import vocab
-    from optimus_bridge.aliasing import _returns_fresh, storage_id
-    from optimus_bridge.effects import is_mutation
-
+    its op always returns new storage, ``vocab.FRESH_OPS``)."""
     root = storage_id(node.meta.get("example_value"))
     todo, seen = [node], {node}
     while todo:
@@ -217,7 +217,7 @@ def _read_only(node: fx.Node) -> bool:
                 continue
             val = u.meta.get("example_value")
             vals = val if isinstance(val, (tuple, list)) else (val,)
-            if (val is None or root is None) and not _returns_fresh(u, vocab) or any(
+            if (val is None or root is None) and vocab.op_name(u) not in vocab.FRESH_OPS or any(
                     root is not None and storage_id(v) == root for v in vals):
                 seen.add(u)
                 todo.append(u)
