@@ -164,6 +164,24 @@ def test_training_pack_through_inductor_removes_the_stack_copies(no_compile_cach
     cats = [n for g in seen for n in g.graph.nodes if n.target is torch.ops.aten.cat.default
             and all(a.op == "placeholder" for a in n.args[0])]
     assert seen and not cats
+    # each gradient lands in its parameter without a copy: AccumulateGrad takes the buffer's slices
+    from torch.profiler import ProfilerActivity, profile
+
+    for p in m.parameters():
+        p.grad = None
+    loss = f(x).square().sum()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        loss.backward()
+
+    def under_accumulate_grad(e):
+        while e is not None:
+            if "AccumulateGrad" in e.name:
+                return True
+            e = e.cpu_parent
+        return False
+
+    assert not [e.name for e in prof.events() if under_accumulate_grad(e) and ("copy" in e.name or "clone" in e.name)]
+    assert all(p.grad.stride() == p.stride() for p in m.parameters())
 
 
 def test_stacks_written_or_returned_are_not_packed():
