@@ -184,10 +184,12 @@ def test_training_pack_through_inductor_removes_the_stack_copies(no_compile_cach
     assert all(p.grad.stride() == p.stride() for p in m.parameters())
 
 
-def test_stacks_written_or_returned_are_not_packed():
+def test_stacks_written_or_returned_or_of_written_parameters_are_not_packed():
     p, q = nn.Parameter(torch.randn(2)), nn.Parameter(torch.randn(2))
     for fn in (lambda a, b: torch.stack([a, b]), lambda a, b: torch.stack([a, b]).view(4),
-               lambda a, b: torch.stack([a, b]).add_(1) * 2, lambda a, b: torch.stack([a, b])[0].mul_(3) + 1):
+               lambda a, b: torch.stack([a, b]).add_(1) * 2, lambda a, b: torch.stack([a, b])[0].mul_(3) + 1,
+               lambda a, b: (a.mul_(2), torch.stack([a, b]) * 2)[1],  # a parameter written in the graph
+               lambda a, b: (b.view(2).add_(1), torch.stack([a, b]) * 2)[1]):
         for grad in (False, True):
             with torch.set_grad_enabled(grad):
                 assert param_pack.pack_parameters(torch.fx.symbolic_trace(fn), [p, q]) is None

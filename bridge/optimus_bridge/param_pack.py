@@ -27,7 +27,8 @@ A stack is packed only when it cannot lose a gradient or another tensor's aliasi
   device), each the sole tensor on its storage (``torch._C._storage_Use_Count``) or already packed in the
   same layout by an earlier compile;
 - nothing writes into the stack's result or a view of it, and neither is a graph output (the buffer
-  would then be written or handed out where eager's stack is a fresh tensor).
+  would then be written or handed out where eager's stack is a fresh tensor), and nothing in the graph
+  writes into one of its parameters (AOTAutograd would not know that the buffer input aliases it).
 
 Where no gradient can flow (none of the parameters requires grad, or the graph is compiled with grad mode
 off and sets no grad mode inside: inference, ``torch.no_grad()``, ``torch.inference_mode()``) the graph
@@ -202,16 +203,21 @@ def packed_stack(buffer: torch.Tensor, sizes: tuple[int, ...] | None, *params: t
     return PackedStack.apply(buffer, sizes, *params)
 
 
-def _read_only(node: fx.Node) -> bool:
-    """Whether no node writes into ``node``'s result or a view of it and neither is a graph output (views
-    found by the storage of Dynamo's ``example_value`` meta; without meta, a user counts as a view unless
-    its op always returns new storage, ``vocab.FRESH_OPS``)."""
+def _read_only(node: fx.Node, output_ok: bool = False) -> bool:
+    """Whether no node writes into ``node``'s result or a view of it and (unless ``output_ok``) neither is a
+    graph output (views found by the storage of Dynamo's ``example_value`` meta; without meta, a user
+    counts as a view unless its op always returns new storage, ``vocab.FRESH_OPS``). A node that mutates
+    one of them counts as a write whichever argument it writes (conservative)."""
     root = storage_id(node.meta.get("example_value"))
     todo, seen = [node], {node}
     while todo:
         n = todo.pop()
         for u in n.users:
-            if u.op == "output" or is_mutation(u):
+            if u.op == "output":
+                if output_ok:
+                    continue
+                return False
+            if is_mutation(u):
                 return False
             if u in seen:
                 continue
@@ -325,8 +331,8 @@ def pack_parameters(gm: fx.GraphModule, example_inputs: Sequence[Any]
             continue
         if not _dim_zero(node, kind, params[0].dim()) or not _qualifies(params, kind, need_no_grad=False):
             continue
-        if not _read_only(node):
-            continue
+        if not _read_only(node) or not all(_read_only(items[k], output_ok=True) for k in range(len(items))):
+            continue  # a write into the stack would reach the parameters; one into a parameter, a stale buffer
         chosen.append((node, kind, positions, grad_mode and any(p.requires_grad for p in params)))
         taken.update(positions)
     if not chosen:
