@@ -1,5 +1,6 @@
-"""Parameter packing (bridge/optimus_bridge/param_pack.py): the optimized inference graph's stacks of
-parameters become views of one buffer, and no in-place update of a parameter is ever missed.
+"""Parameter packing (bridge/optimus_bridge/param_pack.py): the optimized graph's stacks of parameters
+become views of one buffer (in training through ``packed_stack``, whose backward gives each parameter its
+slice of the gradient), and no in-place update of a parameter is ever missed.
 
 Every check is differential: the compiled module against the same module run eagerly, in float64 (a
 stale weight is off by O(1), a batched matmul's rounding by 1e-15), after each kind of update.
@@ -28,8 +29,8 @@ def _model(branches: int = 12, layers: int = 2):
     return case.model, case.inputs[0]
 
 
-def _compiled(model, compile: bool = False, **kw):
-    return torch.compile(model, backend=optimus_eq.backend(strategy="greedy", compile=compile, **kw))
+def _compiled(model, compile: bool = False, strategy: str = "greedy", **kw):
+    return torch.compile(model, backend=optimus_eq.backend(strategy=strategy, compile=compile, **kw))
 
 
 def _packing_notes() -> list[str]:
@@ -89,16 +90,124 @@ def test_inductor_compiled_graph_takes_the_buffers_and_sees_every_update(no_comp
     _every_update(m, f, x)
 
 
-def test_training_is_not_packed_and_keeps_every_gradient():
+def _train_steps(f, m, x, steps: int, opt_kw: dict) -> None:
+    opt = torch.optim.Adam(m.parameters(), lr=0.1, **opt_kw)
+    for _ in range(steps):
+        for p in m.parameters():
+            p.grad = None
+        f(x).square().sum().backward()
+        opt.step()
+
+
+def _same_training(m, ref, what: str) -> None:
+    for (name, p), q in zip(m.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, msg=lambda s: f"{what}: grad of {name}: {s}")
+        torch.testing.assert_close(p, q, msg=lambda s: f"{what}: {name}: {s}")
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
+def test_training_packs_stacks_and_keeps_every_gradient(strategy):
+    """A training graph's parameter stacks become packed_stack(buffer, params): values, gradients and
+    three optimizer steps equal to eager, each branch's gradient a slice of one buffer (no copy)."""
+    m, x = _model()
+    ref, _ = _model()
+    f = _compiled(m.train(), strategy=strategy)
+    _train_steps(f, m, x, 3, {"foreach": True})
+    _train_steps(ref.train(), ref, x, 3, {"foreach": True})
+    assert any("96 parameters in 8 buffers" in n for n in _packing_notes())
+    _same_training(m, ref, "after 3 steps")
+    weights = [lin.weight for lin in m.layers[0].linears]
+    assert [w.storage_offset() for w in weights] == [i * weights[0].numel() for i in range(12)]
+    grads = [w.grad for w in weights]
+    assert len({g.untyped_storage().data_ptr() for g in grads}) == 1  # AccumulateGrad took the slices
+
+
+def test_training_pack_sees_a_moved_parameter_and_every_update():
     m, x = _model()
     ref, _ = _model()
     f = _compiled(m.train())
-    f(x).sum().backward()
-    ref.train()(x).sum().backward()
-    assert not _packing_notes()
-    for (name, p), q in zip(m.named_parameters(), ref.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, msg=lambda s: f"grad of {name}: {s}")
-    assert m.layers[0].linears[0].weight.storage_offset() == 0
+    _train_steps(f, m, x, 1, {})
+    _train_steps(ref.train(), ref, x, 1, {})
+    with torch.no_grad():
+        for mm in (m, ref):  # rebinds one weight elsewhere, then an in-place write through .data
+            mm.layers[1].linears[2].weight.data = torch.randn(8, 8, dtype=F64, generator=torch.Generator().manual_seed(3))
+            mm.layers[0].norms[5].bias.data.copy_(torch.full((8,), 0.5, dtype=F64))
+    _train_steps(f, m, x, 2, {})
+    _train_steps(ref, ref, x, 2, {})
+    _same_training(m, ref, "after a moved parameter")
+    _train_steps(f, m, x, 1, {})  # the moved weight qualified again: re-packed
+    _train_steps(ref, ref, x, 1, {})
+    _same_training(m, ref, "after re-packing")
+
+
+def test_training_pack_through_inductor_removes_the_stack_copies(no_compile_cache):
+    """Compiled by Inductor: gradients and an optimizer step equal to eager, and the forward graph that
+    AOTAutograd hands Inductor reads the buffers: no cat of parameters is left in it."""
+    import torch._inductor.compile_fx as cfx
+
+    seen = []
+    real = cfx._compile_fx_inner
+
+    def spy(gm, *a, **k):
+        seen.append(gm)
+        return real(gm, *a, **k)
+
+    m, x = _model(branches=8)
+    ref, _ = _model(branches=8)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cfx, "_compile_fx_inner", spy)
+        f = _compiled(m.train(), compile=True)
+        _train_steps(f, m, x, 2, {"foreach": True})
+    _train_steps(ref.train(), ref, x, 2, {"foreach": True})
+    _same_training(m, ref, "Inductor, after 2 steps")
+    assert any("64 parameters in 8 buffers" in n for n in _packing_notes())
+    cats = [n for g in seen for n in g.graph.nodes if n.target is torch.ops.aten.cat.default
+            and all(a.op == "placeholder" for a in n.args[0])]
+    assert seen and not cats
+    # each gradient lands in its parameter without a copy: AccumulateGrad takes the buffer's slices
+    from torch.profiler import ProfilerActivity, profile
+
+    for p in m.parameters():
+        p.grad = None
+    loss = f(x).square().sum()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        loss.backward()
+
+    def under_accumulate_grad(e):
+        while e is not None:
+            if "AccumulateGrad" in e.name:
+                return True
+            e = e.cpu_parent
+        return False
+
+    assert not [e.name for e in prof.events() if under_accumulate_grad(e) and ("copy" in e.name or "clone" in e.name)]
+    assert all(p.grad.stride() == p.stride() for p in m.parameters())
+
+
+def test_stacks_written_or_returned_or_of_written_parameters_are_not_packed():
+    p, q = nn.Parameter(torch.randn(2)), nn.Parameter(torch.randn(2))
+    for fn in (lambda a, b: torch.stack([a, b]), lambda a, b: torch.stack([a, b]).view(4),
+               lambda a, b: torch.stack([a, b]).add_(1) * 2, lambda a, b: torch.stack([a, b])[0].mul_(3) + 1,
+               lambda a, b: (a.mul_(2), torch.stack([a, b]) * 2)[1],  # a parameter written in the graph
+               lambda a, b: (b.view(2).add_(1), torch.stack([a, b]) * 2)[1]):
+        for grad in (False, True):
+            with torch.set_grad_enabled(grad):
+                assert param_pack.pack_parameters(torch.fx.symbolic_trace(fn), [p, q]) is None
+    assert p.storage_offset() == 0 and q.storage_offset() == 0
+
+
+def test_packed_stack_backward_splits_a_cat_by_sizes():
+    ps = [nn.Parameter(torch.randn(n, 3, dtype=F64)) for n in (2, 1, 4)]
+    gm = torch.fx.symbolic_trace(lambda a, b, c: torch.cat([a, b, c]).tanh().sum(0))
+    packed, inputs, packs = param_pack.pack_parameters(gm, ps)
+    assert packs.parameters == 3 and packs.packs[0].grad
+    out = packs.wrap(packed.forward)(*ps)
+    ref = [p.detach().clone().requires_grad_() for p in ps]
+    torch.testing.assert_close(out, torch.cat(ref).tanh().sum(0))
+    out.sum().backward()
+    torch.cat(ref).tanh().sum(0).sum().backward()
+    for p, r in zip(ps, ref):
+        torch.testing.assert_close(p.grad, r.grad)
 
 
 def test_packed_inference_model_then_trains_with_gradients_equal_to_eager():
@@ -109,9 +218,9 @@ def test_packed_inference_model_then_trains_with_gradients_equal_to_eager():
         _same(f, m, x, "compile")
     assert _packing_notes()
     optimus_eq.last_reports.clear()
-    f(x).sum().backward()  # grad mode on: Dynamo compiles a training graph, which is not packed
+    f(x).sum().backward()  # grad mode on: Dynamo compiles a training graph, packed through packed_stack
     ref.eval()(x).sum().backward()
-    assert not _packing_notes()
+    assert _packing_notes()
     for (name, p), q in zip(m.named_parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad, msg=lambda s: f"grad of {name}: {s}")
 

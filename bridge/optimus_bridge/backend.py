@@ -37,10 +37,11 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
             pre-grad ones).
         mode: an Inductor mode (``"reduce-overhead"``, ``"max-autotune"``, ...), expanded with
             ``torch._inductor.list_mode_options``.
-        pack_parameters: make the optimized graph's stacks of parameters free where no gradient can flow
-            through them (inference): the parameters become views of one buffer laid out as the stack,
-            and the compiled graph takes the buffer (:mod:`optimus_bridge.param_pack`; in-place updates
-            of the parameters are seen, their storage moves). ``report.notes`` says what was packed.
+        pack_parameters: make the optimized graph's stacks of parameters free: the parameters become
+            views of one buffer laid out as the stack, and the compiled graph takes the buffer (in a
+            training graph through ``packed_stack``, whose backward gives each parameter its slice of the
+            gradient; :mod:`optimus_bridge.param_pack`; in-place updates of the parameters are seen, their
+            storage moves). ``report.notes`` says what was packed.
         **options: passed to :func:`optimus_eq.optimize` (patterns, limits, extractor,
             pre_grad_fusion_options / post_grad_fusion_options in the built-in Optimus format, ...).
 

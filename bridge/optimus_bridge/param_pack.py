@@ -26,10 +26,19 @@ A stack is packed only when it cannot lose a gradient or another tensor's aliasi
 - its inputs are distinct ``nn.Parameter`` graph inputs (plain strided, contiguous, same shape, dtype and
   device), each the sole tensor on its storage (``torch._C._storage_Use_Count``) or already packed in the
   same layout by an earlier compile;
-- no gradient can flow: none of them requires grad, or the graph is compiled with grad mode off and
-  sets no grad mode inside (inference, ``torch.no_grad()``, ``torch.inference_mode()``). Dynamo guards
-  the grad mode and each input's ``requires_grad``, so a graph compiled for inference never runs in
-  training; :meth:`ParameterPacks.inputs` checks it again and raises rather than drop a gradient.
+- nothing writes into the stack's result or a view of it, and neither is a graph output (the buffer
+  would then be written or handed out where eager's stack is a fresh tensor), and nothing in the graph
+  writes into one of its parameters (AOTAutograd would not know that the buffer input aliases it).
+
+Where no gradient can flow (none of the parameters requires grad, or the graph is compiled with grad mode
+off and sets no grad mode inside: inference, ``torch.no_grad()``, ``torch.inference_mode()``) the graph
+reads the buffer itself. Dynamo guards the grad mode and each input's ``requires_grad``, so such a graph
+never runs in training; :meth:`ParameterPacks.inputs` checks it again and raises rather than drop a
+gradient. In a training graph (issue 12) the stack becomes :func:`packed_stack` of the buffer and the
+parameters: an autograd function whose value is the buffer (no copy) and whose backward gives each
+parameter its slice of the stack's gradient, as ``stack``'s own backward (``unbind`` / ``split``) does, so
+AccumulateGrad still takes each gradient without a copy. The parameters stay graph inputs (autograd
+needs them) but the forward no longer reads them: the stack's copy kernels leave the training step.
 """
 
 from __future__ import annotations
@@ -40,6 +49,10 @@ from typing import Any, Callable, Sequence
 
 import torch
 from torch import fx, nn
+
+from optimus_bridge import vocab
+from optimus_bridge.aliasing import storage_id
+from optimus_bridge.effects import is_mutation
 
 #: FX targets whose result a parameter buffer can stand for: ``torch.stack`` (dim 0) and ``torch.cat`` (dim 0)
 PACKABLE = {torch.stack: "stack", torch.cat: "cat"}
@@ -69,6 +82,7 @@ class Pack:
         positions: where its parameters are among the graph's inputs, in stack order.
         buffer: the contiguous tensor equal to the stack's result; the parameters are views of it.
         ptrs: each parameter's ``data_ptr()`` inside ``buffer``.
+        grad: whether gradients flow through the stack (the graph calls :func:`packed_stack`).
     """
 
     name: str
@@ -76,6 +90,7 @@ class Pack:
     positions: tuple[int, ...]
     buffer: torch.Tensor
     ptrs: list[int] = field(default_factory=list)
+    grad: bool = False  # the graph differentiates the stack: it is packed_stack(buffer, params)
 
     def compute(self, params: Sequence[torch.Tensor]) -> torch.Tensor:
         """The stack from the parameters themselves (the graph's own computation)."""
@@ -160,6 +175,61 @@ def _dim_zero(node: fx.Node, kind: str, rank: int) -> bool:
     return dim == 0 or dim == -out_rank
 
 
+class PackedStack(torch.autograd.Function):
+    """The stack (or dim-0 cat) of parameters that are views of ``buffer``, laid out as the stack's result:
+    forward is a view of ``buffer`` (no copy); backward is ``stack``'s / ``cat``'s own (derivatives.yaml:
+    ``unbind`` of the gradient along dim 0, ``split`` by the parameters' dim-0 sizes for a cat)."""
+
+    @staticmethod
+    def forward(buffer, sizes, *params):
+        return buffer.view(buffer.shape)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.sizes = inputs[1]
+
+    @staticmethod
+    def backward(ctx, grad):
+        parts = grad.unbind(0) if ctx.sizes is None else grad.split(list(ctx.sizes), 0)
+        return (None, None, *parts)
+
+
+def packed_stack(buffer: torch.Tensor, sizes: tuple[int, ...] | None, *params: torch.Tensor) -> torch.Tensor:
+    """``torch.stack(params)`` (``sizes`` None) or ``torch.cat(params)`` (``sizes``: each parameter's dim-0
+    size) where the parameters are views of ``buffer`` laid out as that result and ``buffer`` holds their
+    values: a view of ``buffer`` whose gradient goes to each parameter (:class:`PackedStack`). The caller
+    (:meth:`ParameterPacks.inputs`) guarantees the layout; the result must not be written (a write would
+    reach the parameters; autograd raises on an in-place write into a custom function's view output)."""
+    return PackedStack.apply(buffer, sizes, *params)
+
+
+def _read_only(node: fx.Node, output_ok: bool = False) -> bool:
+    """Whether no node writes into ``node``'s result or a view of it and (unless ``output_ok``) neither is a
+    graph output (views found by the storage of Dynamo's ``example_value`` meta; without meta, a user
+    counts as a view unless its op always returns new storage, ``vocab.FRESH_OPS``). A node that mutates
+    one of them counts as a write whichever argument it writes (conservative)."""
+    root = storage_id(node.meta.get("example_value"))
+    todo, seen = [node], {node}
+    while todo:
+        n = todo.pop()
+        for u in n.users:
+            if u.op == "output":
+                if output_ok:
+                    continue
+                return False
+            if is_mutation(u):
+                return False
+            if u in seen:
+                continue
+            val = u.meta.get("example_value")
+            vals = val if isinstance(val, (tuple, list)) else (val,)
+            if (val is None or root is None) and vocab.op_name(u) not in vocab.FRESH_OPS or any(
+                    root is not None and storage_id(v) == root for v in vals):
+                seen.add(u)
+                todo.append(u)
+    return True
+
+
 class ParameterPacks:
     """What packing did to one graph, and how its calls are served.
 
@@ -174,6 +244,7 @@ class ParameterPacks:
         self._params = operator.itemgetter(*positions)
         self._ptrs = [ptr for p in packs for ptr in p.ptrs]
         self._single_param = len(positions) == 1
+        self._no_grad = [i for p in packs if not p.grad for i in p.positions]  # read as plain buffers
 
     @property
     def parameters(self) -> int:
@@ -184,14 +255,15 @@ class ParameterPacks:
         """The packed graph's inputs for a call of the original graph with ``args``.
 
         Raises:
-            RuntimeError: a packed parameter requires grad in a call with grad mode on (the packed graph
-                was compiled without gradients for it; Dynamo's guards should have recompiled).
+            RuntimeError: a parameter packed without gradient requires grad in a call with grad mode on
+                (the packed graph was compiled without gradients for it; Dynamo's guards should have
+                recompiled).
         """
         kept = self._keep(args)
         kept = [kept] if self._single else list(kept)
         params = self._params(args)
         params = [params] if self._single_param else params
-        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
+        if self._no_grad and torch.is_grad_enabled() and any(args[i].requires_grad for i in self._no_grad):
             raise RuntimeError("optimus_eq parameter packing: a packed parameter requires grad in a call with "
                                "grad mode on; the graph was compiled without its gradient")
         if list(map(torch.Tensor.data_ptr, params)) == self._ptrs:
@@ -205,7 +277,7 @@ class ParameterPacks:
             params = [args[i] for i in pack.positions]
             if [p.data_ptr() for p in params] == pack.ptrs:
                 out.append(pack.buffer)
-            elif _qualifies(params, pack.kind, need_no_grad=self.grad_mode):
+            elif _qualifies(params, pack.kind, need_no_grad=self.grad_mode and not pack.grad):
                 pack.buffer = _pack(pack.kind, params)
                 pack.ptrs = [p.data_ptr() for p in params]
                 out.append(pack.buffer)
@@ -244,7 +316,7 @@ def pack_parameters(gm: fx.GraphModule, example_inputs: Sequence[Any]
     position = {n: i for i, n in enumerate(placeholders)}
     grad_mode = torch.is_grad_enabled() or any(
         n.op == "call_function" and n.target in _GRAD_MODE_TARGETS for n in gm.graph.nodes)
-    chosen: list[tuple[fx.Node, str, tuple[int, ...]]] = []
+    chosen: list[tuple[fx.Node, str, tuple[int, ...], bool]] = []
     taken: set[int] = set()
     for node in gm.graph.nodes:
         kind = PACKABLE.get(node.target) if node.op == "call_function" else None
@@ -257,18 +329,20 @@ def pack_parameters(gm: fx.GraphModule, example_inputs: Sequence[Any]
         params = [example_inputs[i] for i in positions]
         if taken.intersection(positions) or not isinstance(params[0], torch.Tensor):
             continue
-        if not _dim_zero(node, kind, params[0].dim()) or not _qualifies(params, kind, need_no_grad=grad_mode):
+        if not _dim_zero(node, kind, params[0].dim()) or not _qualifies(params, kind, need_no_grad=False):
             continue
-        chosen.append((node, kind, positions))
+        if not _read_only(node) or not all(_read_only(items[k], output_ok=True) for k in range(len(items))):
+            continue  # a write into the stack would reach the parameters; one into a parameter, a stale buffer
+        chosen.append((node, kind, positions, grad_mode and any(p.requires_grad for p in params)))
         taken.update(positions)
     if not chosen:
         return None
 
     packs = []
-    for node, kind, positions in chosen:
+    for node, kind, positions, grad in chosen:
         params = [example_inputs[i] for i in positions]
         buf = _pack(kind, params)
-        packs.append(Pack(node.name, kind, positions, buf, [p.data_ptr() for p in params]))
+        packs.append(Pack(node.name, kind, positions, buf, [p.data_ptr() for p in params], grad))
 
     # the packed graph: a copy, each packed stack replaced by a new placeholder after the last input
     graph = fx.Graph()
@@ -279,16 +353,22 @@ def pack_parameters(gm: fx.GraphModule, example_inputs: Sequence[Any]
             env[n]._dynamo_source = n._dynamo_source
     last = env[placeholders[-1]]
     fake_mode = _fake_mode(placeholders)
-    for (node, _kind, _pos), pack in zip(chosen, packs):
+    for (node, kind, positions, grad), pack in zip(chosen, packs):
         with graph.inserting_after(last):
             ph = graph.placeholder(f"optimus_packed_{node.name}")
         ph.meta["tensor_dict"] = {"_dynamo_static_input_type": "unguarded"}  # a static input for CUDA graphs
         if fake_mode is not None:
             ph.meta["example_value"] = fake_mode.from_tensor(pack.buffer, static_shapes=True)
         ph._dynamo_source = None
-        env[node].replace_all_uses_with(ph)
-        graph.erase_node(env[node])
         last = ph
+        value = ph
+        if grad:  # gradients flow: the buffer's value, each parameter's slice of the gradient
+            sizes = None if kind == "stack" else tuple(int(example_inputs[i].shape[0]) for i in positions)
+            with graph.inserting_before(env[node]):
+                value = graph.call_function(packed_stack, (ph, sizes, *(env[placeholders[i]] for i in positions)))
+            value.meta = dict(env[node].meta)
+        env[node].replace_all_uses_with(value)
+        graph.erase_node(env[node])
     removed = set()
     for i, n in enumerate(placeholders):
         if i in taken and not env[n].users:
@@ -301,8 +381,20 @@ def pack_parameters(gm: fx.GraphModule, example_inputs: Sequence[Any]
         if hasattr(gm, attr):
             setattr(packed, attr, getattr(gm, attr))
     keep = [i for i in range(len(placeholders)) if i not in removed]
-    inputs = [example_inputs[i] for i in keep] + [p.buffer for p in packs]
+    # a parameter that stays an input (packed_stack reads it) has moved into its buffer since Dynamo fakified
+    # it (its storage offset): its example is a detached alias, which AOTAutograd fakifies afresh (Dynamo's
+    # symbolic context of the parameter holds the old offset and fails its hint check)
+    moved = {i for (_n, _k, positions, grad) in chosen if grad for i in positions}
+    inputs = [_fresh_example(example_inputs[i]) if i in moved else example_inputs[i] for i in keep]
+    inputs += [p.buffer for p in packs]
     return packed, inputs, ParameterPacks(packs, keep, grad_mode)
+
+
+def _fresh_example(p: torch.Tensor) -> torch.Tensor:
+    """An alias of ``p`` (same data and layout, its ``requires_grad``) that is not ``p`` itself."""
+    with torch.no_grad():
+        t = p.detach()
+    return t.requires_grad_(p.requires_grad)
 
 
 def _fake_mode(placeholders: list[fx.Node]):
