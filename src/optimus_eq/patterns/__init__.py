@@ -10,7 +10,7 @@ from __future__ import annotations
 from optimus_eq.patterns import aten, pointwise, split_cat, views
 from optimus_eq.registry import HorizontalPattern, Pattern, PatternRegistry, Rule
 from optimus_eq.horizontal import patterns as horizontal
-from optimus_eq.horizontal import embedding  # noqa: E402
+from optimus_eq.horizontal import embedding, embedding_aten  # noqa: E402
 
 DEFAULT_REGISTRY = PatternRegistry()
 for _p in (
@@ -32,6 +32,7 @@ for _p in (
     split_cat.mutate_cat_pass,
     aten.PATTERNS[0],
     *horizontal.POST_GRAD_PATTERNS,
+    *embedding_aten.PATTERNS,
     *aten.PATTERNS[1:],
 ):
     DEFAULT_REGISTRY.register(_p)
