@@ -474,3 +474,20 @@ def test_bags_of_other_symbolic_batches_stay_apart():
     for report, _ in seen:
         assert report.patterns_fired["batch_embedding_bag"] == 2, dict(report.patterns_fired)
         assert report.ops_after["embedding_bag"] == 4, dict(report.ops_after)  # two fused, the two 1-D apart
+
+
+def test_gradient_check_script_judges_like_the_oracle():
+    """bench/embedding_grad_check.py's rule: a gradient as far from float64 as eager's passes, one with a
+    dropped term fails, a gradient that is None on one side only fails."""
+    from embedding_grad_check import judge
+
+    g = torch.Generator().manual_seed(3)
+    terms = torch.randn(50, 8, 4, generator=g, dtype=torch.float64)
+    ref = {"w": terms.sum(0), "b": terms[:, 0].sum(0)}
+    eager = {"w": terms.float().sum(0), "b": terms[:, 0].float().sum(0)}
+    reordered = {"w": terms.float().flip(0).sum(0), "b": eager["b"].clone()}
+    assert all(r[0] <= 1 for r in judge(reordered, eager, ref))
+    dropped = {"w": terms[1:].float().sum(0), "b": eager["b"]}
+    worst = judge(dropped, eager, ref)[0]
+    assert worst[1] == "w" and worst[0] > 1
+    assert judge({"w": eager["w"], "b": None}, eager, ref)[0][:2] == (float("inf"), "b")
