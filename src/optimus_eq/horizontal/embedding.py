@@ -197,7 +197,7 @@ def embedding_bag_key(m):
         return None
     try:
         p = _bag_parts(m)
-    except ValueError as e:
+    except ValueError:
         return None
     return ("batch_embedding_bag", p["dim"], p["mode"], p["form"], p["off"] is not None, p["psw"] is not None,
             p["pad"] is not None, p["freq"], p["x"], p["w"], p["off"], p["psw"], p["sym"], m.types)
