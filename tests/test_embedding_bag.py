@@ -18,6 +18,7 @@ from torch import nn
 import optimus_eq
 import oracle
 from conftest import STRATEGIES, check, dynamo_graph
+from torch.utils._pytree import tree_leaves
 
 #: smaller groups than upstream's default of 5, so that tests stay small
 SMALL = {"batch_embedding_bag": {"min_fuse_set_size": 2}, "batch_embedding": {"min_fuse_set_size": 2}}
@@ -304,14 +305,17 @@ def test_eqsat_weighs_the_copy_of_a_huge_table(execution):
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
-@pytest.mark.parametrize("order", ["in order", "reversed", "a subset"])
+@pytest.mark.parametrize("order", ["in order", "reversed", "a consecutive run", "every other"])
 def test_ids_as_selects_of_one_tensor(strategy, order):
-    """Ids ``x[:, f]`` of one tensor: read in order (all of x's dim 1), the shift is one
-    select_shifted_cat over x; reversed or a subset, a shifted_cat of the selects. Exact either way."""
+    """Ids ``x[:, f]`` of one tensor: read at consecutive indices (all of x's dim 1, or a run of it), the
+    shift is one select_shifted_cat over x; reversed or every other, a shifted_cat of the selects. Exact
+    either way."""
     n = 5
     ws = tables([4, 6, 5, 7, 3, 8], 3, seed=31)
-    x = torch.randint(0, 3, (4, n if order != "a subset" else n + 1, 2), generator=torch.Generator().manual_seed(32))
-    cols = {"in order": range(n), "reversed": reversed(range(n)), "a subset": range(n)}[order]
+    width = {"in order": n, "reversed": n, "a consecutive run": n + 2, "every other": 2 * n}[order]
+    x = torch.randint(0, 3, (4, width, 2), generator=torch.Generator().manual_seed(32))
+    cols = {"in order": range(n), "reversed": reversed(range(n)), "a consecutive run": range(1, n + 1),
+            "every other": range(0, 2 * n, 2)}[order]
     cols = list(cols)
 
     def f(x, w0, w1, w2, w3, w4):
@@ -319,7 +323,7 @@ def test_ids_as_selects_of_one_tensor(strategy, order):
 
     c = check(f, [x, *ws[:n]], strategy, pattern_options=SMALL)
     assert lookups(c.gm2, F.embedding_bag) == 1, c.gm2.code
-    assert ("select_shifted_cat" in c.gm2.code) == (order == "in order"), c.gm2.code
+    assert ("select_shifted_cat" in c.gm2.code) == (order in ("in order", "a consecutive run")), c.gm2.code
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
@@ -335,3 +339,155 @@ def test_a_table_read_twice(strategy):
 
     c = check(f, [*x, *w], strategy, pattern_options=SMALL)
     assert lookups(c.gm2, F.embedding_bag) == 1, c.gm2.code
+
+
+# -- symbolic batch (torch.compile dynamic=True / Dynamo's recompile; optimus_eq.symbolic) ----------------
+
+class Tables(nn.Module):
+    """``fn(tables, *inputs)`` with the tables as parameters (static shapes under dynamic=True, as
+    ``nn.EmbeddingBag``'s weights: Dynamo keeps parameters' sizes static)."""
+
+    def __init__(self, fn, ws) -> None:
+        super().__init__()
+        self.fn = fn
+        self.ws = nn.ParameterList(nn.Parameter(w.clone()) for w in ws)
+
+    def forward(self, *inputs):
+        return self.fn(list(self.ws), *inputs)
+
+
+def _grads_as_eager(model, actual, expected, ref64) -> None:
+    """The tables' gradients of one random weighted sum of the outputs, ours against eager's (float64 oracle)."""
+    params = list(model.parameters())
+    exp, act = tree_leaves(expected), tree_leaves(actual)
+    g = torch.Generator().manual_seed(5)
+    cots = [torch.randn(e.shape, generator=g, dtype=torch.float64) for e in exp]
+
+    def loss(outs):
+        return sum((o.double() * c).sum() for o, c in zip(outs, cots))
+
+    ge = torch.autograd.grad(loss(exp), params, allow_unused=True)
+    ga = torch.autograd.grad(loss(act), params, allow_unused=True)
+    g64 = ref64.grads(loss, params)
+    for i, (a, e, r) in enumerate(zip(ga, ge, g64)):
+        assert (a is None) == (e is None), f"gradient of table {i}: None-ness differs"
+        if e is not None:
+            oracle.assert_values(a, e, r, f"gradient of table {i}", grad=True)
+
+
+def compiled_runs(fn, ws, make, strategy: str, dynamic, sizes=(4, 9, 6)) -> list:
+    """``Tables(fn, ws)`` compiled through the optimus_eq backend (no Inductor) with ``dynamic``, called with
+    ``make(batch)`` at each batch size of ``sizes``: outputs and the tables' gradients against eager's,
+    judged by the float64 oracle. Returns ``(report, symbolic graph?)`` per graph compiled."""
+    backend = optimus_eq.backend(strategy=strategy, compile=False, pattern_options=SMALL)
+    seen = []
+
+    def wrapped(gm, example_inputs, **kwargs):
+        fx = backend(gm, example_inputs, **kwargs)
+        vals = [n.meta.get("example_value") for n in gm.graph.nodes if n.op == "placeholder"]
+        sym = any(isinstance(v, torch.SymInt) or (isinstance(v, torch.Tensor)
+                                                  and any(isinstance(s, torch.SymInt) for s in v.shape))
+                  for v in vals)
+        seen.append((optimus_eq.last_reports[-1], sym))
+        return fx
+
+    torch._dynamo.reset()
+    model = Tables(fn, ws)
+    compiled = torch.compile(model, backend=wrapped, dynamic=dynamic)
+    for b in sizes:
+        inputs = make(b)
+        ref64 = oracle.float64_reference(model, inputs)
+        expected, actual = model(*inputs), compiled(*inputs)
+        oracle.compare_runs(actual, expected, inputs, inputs, ref64, grad=False)
+        _grads_as_eager(model, actual, expected, ref64)
+    for report, _ in seen:
+        assert report.fallback is None, report.fallback
+    return seen
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("dynamic", [None, True])
+@pytest.mark.parametrize("kind", ["sum", "max", "per_sample_weights", "padding_idx"])
+def test_bags_under_a_symbolic_batch(strategy, dynamic, kind):
+    """2-D bags of one symbolic batch B are one lookup of ``n * B`` bags, member i its ``view(n, B, D)``
+    select: in the static graph and in the symbolic one alike (dynamic=None recompiles symbolic at the
+    second size; dynamic=True is symbolic from the start, the bag size L too), values and gradients as
+    eager's at every size."""
+    ws = tables([7, 11, 5, 9], 4, seed=61)
+    mode = "max" if kind == "max" else "sum"
+    pad = 1 if kind == "padding_idx" else None
+
+    def fn(ws, x, p):
+        psw = (lambda i: p[:, i]) if kind == "per_sample_weights" else (lambda i: None)
+        return torch.cat([F.embedding_bag(x[:, i], w, mode=mode, per_sample_weights=psw(i), padding_idx=pad)
+                          for i, w in enumerate(ws)], 1)
+
+    def make(b):
+        g = torch.Generator().manual_seed(b)
+        return [torch.randint(0, 5, (b, 4, 3), generator=g), torch.rand(b, 4, 3, generator=g)]
+
+    seen = compiled_runs(fn, ws, make, strategy, dynamic)
+    assert any(sym for _, sym in seen), "no symbolic graph: the test would prove nothing"
+    for report, _ in seen:
+        assert report.patterns_fired["batch_embedding_bag"] == 1, dict(report.patterns_fired)
+        assert report.ops_after["embedding_bag"] == 1, dict(report.ops_after)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_embeddings_under_a_symbolic_batch(strategy):
+    """Plain lookups with ids of one symbolic shape ``[B, L]``: one lookup, member i a select of
+    ``Y.view(n, B, L, D)``; values and gradients as eager's at every size (dynamic=True: B and L symbolic)."""
+    ws = tables([6, 9, 4], 3, seed=71)
+
+    def fn(ws, x0, x1, x2):
+        return torch.cat([F.embedding(x, w) for x, w in zip((x0, x1, x2), ws)], 2) * 2
+
+    def make(b):
+        g = torch.Generator().manual_seed(b)
+        return [torch.randint(0, 4, (b, 3), generator=g) for _ in range(3)]
+
+    seen = compiled_runs(fn, ws, make, strategy, True)
+    assert any(sym for _, sym in seen)
+    for report, _ in seen:
+        assert report.ops_after["embedding"] == 1, dict(report.ops_after)
+
+
+def test_bags_of_other_symbolic_batches_stay_apart():
+    """Bags whose batches are different symbols are not grouped together (the group key holds the symbolic
+    ids shape): two groups of two, never one of four; 1-D ids with offsets under a symbolic batch are left
+    alone (their offsets would shift by symbolic id counts)."""
+    ws = tables([5, 6, 7, 8], 3, seed=81)
+
+    def fn(ws, x, y, ids, off):
+        bx = torch.cat([F.embedding_bag(x[:, 0], ws[0], mode="sum"), F.embedding_bag(x[:, 1], ws[1], mode="sum")], 1)
+        by = torch.cat([F.embedding_bag(y[:, 0], ws[2], mode="sum"), F.embedding_bag(y[:, 1], ws[3], mode="sum")], 1)
+        b1 = torch.cat([F.embedding_bag(ids, w, off, mode="sum") for w in ws[:2]], 1)
+        return bx.sum(0) + by.sum(0) + b1.sum(0)  # one value that reaches every lookup
+
+    def make(b):
+        g = torch.Generator().manual_seed(b)
+        return [torch.randint(0, 5, (b, 2, 2), generator=g), torch.randint(0, 5, (b + 1, 2, 2), generator=g),
+                torch.randint(0, 5, (3 * b + 2,), generator=g), torch.arange(0, 3 * b, 3)]
+
+    seen = compiled_runs(fn, ws, make, "greedy", True)
+    assert any(sym for _, sym in seen)
+    for report, _ in seen:
+        assert report.patterns_fired["batch_embedding_bag"] == 2, dict(report.patterns_fired)
+        assert report.ops_after["embedding_bag"] == 4, dict(report.ops_after)  # two fused, the two 1-D apart
+
+
+def test_gradient_check_script_judges_like_the_oracle():
+    """bench/embedding_grad_check.py's rule: a gradient as far from float64 as eager's passes, one with a
+    dropped term fails, a gradient that is None on one side only fails."""
+    from embedding_grad_check import judge
+
+    g = torch.Generator().manual_seed(3)
+    terms = torch.randn(50, 8, 4, generator=g, dtype=torch.float64)
+    ref = {"w": terms.sum(0), "b": terms[:, 0].sum(0)}
+    eager = {"w": terms.float().sum(0), "b": terms[:, 0].float().sum(0)}
+    reordered = {"w": terms.float().flip(0).sum(0), "b": eager["b"].clone()}
+    assert all(r[0] <= 1 for r in judge(reordered, eager, ref))
+    dropped = {"w": terms[1:].float().sum(0), "b": eager["b"]}
+    worst = judge(dropped, eager, ref)[0]
+    assert worst[1] == "w" and worst[0] > 1
+    assert judge({"w": eager["w"], "b": None}, eager, ref)[0][:2] == (float("inf"), "b")

@@ -140,7 +140,26 @@ def decompose_mm_case(draw) -> HCase:
     return HCase(fn, inputs + [big], 1, f"{kind} M={M} K={K} N={N} B={B} {dtype}", DECOMPOSE_OPTIONS)
 
 
+@st.composite
+def embedding_case(draw) -> HCase:
+    """n aten.embedding lookups (via F.embedding) of one dim into tables of their own rows, ids of their own
+    shapes (repeats), outputs flattened into one cat; the backward graph keeps eager's per-table backward."""
+    n, dim = draw(st.integers(2, 5)), draw(st.integers(1, 4))
+    dtype, seed = draw(st.sampled_from(DTYPES)), draw(st.integers(0, 2**16))
+    rows = [draw(st.integers(1, 6)) for _ in range(n)]
+    shapes = [tuple(draw(st.integers(1, 3)) for _ in range(draw(st.integers(1, 2)))) for _ in range(n)]
+    g = torch.Generator().manual_seed(seed)
+    ids = [torch.randint(0, r, s, generator=g) for r, s in zip(rows, shapes)]
+    tables = [_x((r, dim), dtype, seed + 1 + i) for i, r in enumerate(rows)]
+
+    def fn(*a):
+        return torch.cat([torch.nn.functional.embedding(x, w).reshape(-1) for x, w in zip(a[:n], a[n:])])
+
+    return HCase(fn, ids + tables, n, f"n={n} dim={dim} rows={rows} ids={shapes} {dtype}")
+
+
 HORIZONTAL_CASES = {
+    "batch_aten_embedding": embedding_case,
     "decompose_mm_pass": decompose_mm_case,
     "batch_linear_post_grad": linear_case,
     "batch_aten_tanh": _unary(aten.tanh.default),

@@ -23,11 +23,7 @@ import oracle
 from conftest import dynamo_graph
 from optimus_bench.models import build
 
-#: DLRM's embedding bags are batched (batch_embedding_bag) in the static graph only: the builder cuts the
-#: fused lookup into per-table rows with narrows whose starts would be symbolic (the algebra keeps those
-#: static), so under a symbolic batch they stay apart; the rest of DLRM is optimized identically
-_DLRM_GAP = pytest.mark.xfail(strict=True, reason="batch_embedding_bag needs static batch sizes (issue 16)")
-REC_MODELS = ("dhen", "wukong", "interformer", pytest.param("dlrm", marks=_DLRM_GAP), "launch_bound")
+REC_MODELS = ("dhen", "wukong", "interformer", "dlrm", "launch_bound")
 #: the compute ops a rewrite of these models changes (junk is compared as junk removed)
 COMPUTE = ("linear", "layer_norm", "baddbmm", "bmm", "addcmul", "tanh", "relu", "cat", "stack", "split", "unbind",
            "narrow", "select", "reshape", "permute")
@@ -137,7 +133,7 @@ def test_dynamic_none_recompile_optimized_as_static(name):
     assert symbolic == static
 
 
-@pytest.mark.parametrize("name", ("dhen", "launch_bound"))
+@pytest.mark.parametrize("name", ("dhen", "launch_bound", "dlrm"))
 def test_dynamic_none_eqsat(name):
     seen = _run(name, "eqsat", None)
     assert [sym for _, sym in seen] == [False, True]
@@ -162,11 +158,13 @@ def test_dynamic_true_optimized_as_static(name):
         assert _summary(report) == static
 
 
-@pytest.mark.parametrize("name", ("dhen", "launch_bound"))
+@pytest.mark.parametrize("name", ("dhen", "launch_bound", "dlrm"))
 def test_dynamic_training_gradients(name):
-    """Gradients of the parameters through the symbolic graphs equal eager's (float64 oracle)."""
+    """Gradients of the parameters through the symbolic graphs equal eager's (float64 oracle), where the
+    symbolic graph is optimized as the static one (DLRM: its embedding bags batched in both)."""
     seen = _run(name, "greedy", None, grad=True)
     assert seen[-1][1] and seen[-1][0].rule_matches
+    assert _summary(seen[-1][0]) == _summary(seen[0][0])
 
 
 def _batched_linears(x, ws, bs):

@@ -59,6 +59,7 @@ _SPELLINGS: dict[str, list[str]] = {
     "mul": ["mul.Tensor", "mul.Scalar"],
     "div": ["div.Tensor", "div.Scalar", "div.Tensor_mode", "div.Scalar_mode"],
     "native_layer_norm": ["native_layer_norm.default"],
+    "embedding": ["embedding.default"],
 }
 
 
@@ -75,14 +76,14 @@ OVERLOADS[operator.getitem] = "getitem"
 
 #: Ops whose output never shares storage with an input (the alias analysis and output un-aliasing).
 FRESH_OPS = frozenset(["cat", "stack", "relu", "tanh", "sigmoid", "clamp", "nan_to_num", "add", "sub", "mul",
-                       "div", "mm", "addmm", "bmm", "baddbmm", "clone", "native_layer_norm"])
+                       "div", "mm", "addmm", "bmm", "baddbmm", "clone", "native_layer_norm", "embedding"])
 #: Pointwise ops of one tensor: ``Unary`` terms (a scalar second operand included).
 UNARY_OPS = frozenset(["relu", "tanh", "sigmoid", "detach", "clamp", "nan_to_num"])
 #: Arithmetic: ``Unary`` with a scalar operand, ``Binary`` with two tensors.
 ARITH_OPS = frozenset(["add", "sub", "mul", "div"])
 #: Ops with tensor inputs and no rewrite rules yet: ``Apply``. ``native_layer_norm`` returns a tuple
 #: (output, mean, rstd) and stays opaque; it is named so that the alias analysis knows it is fresh.
-APPLY_OPS = frozenset(["mm", "addmm", "bmm", "baddbmm"])
+APPLY_OPS = frozenset(["mm", "addmm", "bmm", "baddbmm", "embedding"])
 #: Views of one tensor whose result shape comes from FX meta: ``Reshape``.
 RESHAPE_OPS = frozenset(["reshape", "squeeze"])
 

@@ -44,7 +44,14 @@ result depends on more than the counts, and bags with it are left alone.
 
 Left alone (no group key): ``max_norm`` (it renormalizes the weight in place; the translator keeps such
 calls opaque, :func:`optimus_bridge.vocab.is_mutation`), ``sparse=True`` (sparse gradients), weights
-other than 2-D, and symbolic shapes.
+other than 2-D or of symbolic size, and bags of 1-D ids with offsets under a symbolic batch (the offsets'
+shifts would be symbolic id counts).
+
+Symbolic sizes (a symbolic batch ``B``, :mod:`optimus_eq.symbolic`): 2-D bags and plain lookups whose
+tables are static are grouped with members of the same symbolic ids shape (the group key holds it), so
+the fused ids are ``n * B`` rows and member i is ``Y.view(n, B, D).select(0, i)``: no symbolic narrow
+start, no sum of symbolic sizes. Static members of one shape get the same form, so a graph optimized
+under a symbolic batch ends as the static one.
 
 The shifted concatenation of ids and offsets is one op (:func:`shifted_cat`, one kernel in Inductor),
 so the cost model sees one launch where Inductor emits one, not an add per table.
@@ -55,7 +62,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from optimus_eq.horizontal.recipes import bound_call, slot
+from optimus_eq.horizontal.recipes import bound_call, prod_sizes, slot
 from optimus_eq.horizontal.recipes import recipe as _recipe
 from optimus_eq.horizontal.recipes import slots as _slots
 from optimus_eq.registry import HorizontalPattern
@@ -92,21 +99,23 @@ def shifted_cat(tensors: list, shifts: tuple, pads: tuple | None = None, pad_to:
 
 
 def select_shifted_cat(x: torch.Tensor, dim: int, shifts: tuple, pads: tuple | None = None,
-                       pad_to: int | None = None) -> torch.Tensor:
-    """:func:`shifted_cat` of every select of ``x`` along ``dim``, in order (``x.select(dim, i) + shifts[i]``
-    for ``i < x.shape[dim]``), as one pointwise op over ``x`` (DLRM's ids ``sparse[:, f]``: one kernel,
-    where a cat of many inputs is one copy kernel per input in Inductor).
+                       pad_to: int | None = None, start: int = 0) -> torch.Tensor:
+    """:func:`shifted_cat` of the consecutive selects ``x.select(dim, start + i) + shifts[i]`` for
+    ``i < len(shifts)``, as one pointwise op over that slice of ``x`` (DLRM's ids ``sparse[:, f]``: one
+    kernel, where a cat of many inputs is one copy kernel per input in Inductor).
 
     Args:
-        x: integer tensor with ``x.shape[dim] == len(shifts)``.
+        x: integer tensor with ``x.shape[dim] >= start + len(shifts)`` (its size there may be symbolic: the
+            slice is a ``narrow``, never a comparison that would guard it).
         dim: the dim the selects index.
         shifts: one Python int per select.
         pads, pad_to: as :func:`shifted_cat`.
+        start: the index of the first select.
 
     Returns:
         ``[len(shifts) * s0, *rest]`` where ``x.select(dim, i)`` is ``[s0, *rest]``.
     """
-    y = x.movedim(dim, 0)
+    y = x.movedim(dim, 0).narrow(0, start, len(shifts))
     view = (-1,) + (1,) * (y.dim() - 1)
     s = torch.tensor(shifts, dtype=x.dtype, device=x.device).view(view)
     p = None if pads is None else torch.tensor(pads, dtype=x.dtype, device=x.device).view(view)
@@ -118,18 +127,30 @@ def flat_shifted_cat(tensors: list, shifts: tuple) -> torch.Tensor:
     return torch.cat([t.reshape(-1) + s if s else t.reshape(-1) for t, s in zip(tensors, shifts)], 0)
 
 
-def _require_static(m) -> None:
-    """ValueError when a size of the member's inputs or output is symbolic (:mod:`optimus_eq.symbolic`):
-    the builders add row and bag counts, which would be symbolic sums; such lookups are left alone."""
-    if any(s is not None and not is_static(s) for s in (m.shape, *m.in_shapes)):
-        raise ValueError("symbolic sizes")
+def _symbolic_rows(m, x: int, wt: int, bags: bool) -> tuple | None:
+    """``(ids rows, output rows)``, the member's symbolic first dims (tokens, :mod:`optimus_eq.symbolic`),
+    or None when every size is static.
+
+    Under a symbolic batch (``torch.compile(dynamic=True)``, Dynamo's recompile) only the ids' first dim and
+    the output's may be symbolic, with the ids' other dims static or symbolic (one token for every member:
+    only compared) and the table static. A bag's output rows are the ids' rows, but the meta kernel spells
+    them ``ceil(B * L / L)``, another expression (another token) when L is symbolic too; so both are kept.
+    ValueError otherwise (such lookups are left alone)."""
+    xs, ws = m.in_shapes[x], m.in_shapes[wt]
+    if xs is None or ws is None or m.shape is None:
+        raise ValueError("shapes")
+    if all(s is None or is_static(s) for s in (m.shape, *m.in_shapes)):
+        return None
+    if not xs or is_static(xs[:1]) or is_static(m.shape[:1]) or not is_static(ws) \
+            or not is_static(m.shape[1:]) or (not bags and m.shape[0] != xs[0]):
+        raise ValueError("symbolic sizes other than the batch")
+    return xs[0], m.shape[0]
 
 
 def _bag_parts(m) -> dict:
     """The facts of an ``F.embedding_bag`` member that its group key and the builder need, or raise
     ValueError for a call left alone (module docstring)."""
     bound = bound_call(m, "embedding_bag", EMBEDDING_BAG_PARAMS)
-    _require_static(m)
     freq = bound.get("scale_grad_by_freq", False)
     if bound.get("max_norm") is not None or bound.get("sparse", False) is not False or freq is not False:
         raise ValueError("max_norm, sparse or scale_grad_by_freq")
@@ -144,6 +165,9 @@ def _bag_parts(m) -> dict:
     xs, ws = m.in_shapes[x], m.in_shapes[wt]
     if xs is None or ws is None or len(ws) != 2 or m.shape is None or len(m.shape) != 2:
         raise ValueError("shapes")
+    sym = _symbolic_rows(m, x, wt, True)
+    if sym is not None and (off is not None or len(xs) != 2):
+        raise ValueError("symbolic sizes: 2-D ids only")  # 1-D: offsets shifted by symbolic id counts
     if len(xs) == 2 and off is None:
         form = ("2d", xs[1])
     elif len(xs) == 1 and off is not None and m.in_shapes[off] is not None and len(m.in_shapes[off]) == 1:
@@ -154,7 +178,7 @@ def _bag_parts(m) -> dict:
         raise ValueError("per_sample_weights")
     bags = m.shape[0]
     expect = xs[0] if form[0] == "2d" else m.in_shapes[off][0] - (1 if last else 0)
-    if bags != expect or m.shape[1] != ws[1]:
+    if (bags != expect and sym is None) or m.shape[1] != ws[1]:
         raise ValueError("output shape")
     pad = bound.get("padding_idx")
     if pad is not None:
@@ -162,7 +186,7 @@ def _bag_parts(m) -> dict:
             raise ValueError("padding_idx")
         pad %= ws[0]  # F.embedding_bag's normalization of a negative index
     return {"x": x, "w": wt, "off": off, "psw": psw, "mode": mode, "form": form, "dim": ws[1], "pad": pad,
-            "freq": freq}
+            "freq": freq, "sym": sym}
 
 
 def embedding_bag_key(m):
@@ -176,7 +200,7 @@ def embedding_bag_key(m):
     except ValueError:
         return None
     return ("batch_embedding_bag", p["dim"], p["mode"], p["form"], p["off"] is not None, p["psw"] is not None,
-            p["pad"] is not None, p["freq"], p["x"], p["w"], p["off"], p["psw"], m.types)
+            p["pad"] is not None, p["freq"], p["x"], p["w"], p["off"], p["psw"], p["sym"], m.types)
 
 
 def _shifted(w, handles: list, shifts: list, shape, types, flat: bool = False, pads=None, pad_to=None) -> int:
@@ -189,46 +213,48 @@ def _shifted(w, handles: list, shifts: list, shape, types, flat: bool = False, p
 
 
 def _selects_of_one(w, members, x: int):
-    """``(base class, dim)`` when the members' ids (slot ``x``) are, in the plan, the selects of one tensor
-    along one dim at indices 0, 1, ..., n - 1 with n the size of that dim; else None."""
+    """``(base class, dim, first index)`` when the members' ids (slot ``x``) are, in the plan, the selects of
+    one tensor along one dim at consecutive indices ``j, j + 1, ..., j + n - 1``; else None."""
     base = None
     for i, m in enumerate(members):
         en = w.view.nodes.get(w.choice.get(m.inputs[x]))
         if en is None or en.op != "Select":
             return None
-        d, j, n = en.literals[:3]
-        if j != i or n != len(members) or (base is not None and base != (en.children[0], d)):
+        d, j = en.literals[:2]
+        if base is None:
+            base = (en.children[0], d, j)
+        if j != base[2] + i or base[:2] != (en.children[0], d):
             return None
-        base = (en.children[0], d)
     return base
 
 
 def _shifted_ids(w, members, x: int, starts: list, shape, types, pads=None, pad_to=None) -> int:
     """The members' ids, each shifted by its table's row start, concatenated along dim 0: one
-    :func:`select_shifted_cat` over their base when they are all the selects of one tensor, else
+    :func:`select_shifted_cat` over their base when they are consecutive selects of one tensor, else
     :func:`shifted_cat`."""
     one = _selects_of_one(w, members, x)
     if one is None or len(shape) > 2:
         return _shifted(w, [w.handle(m.inputs[x]) for m in members], starts, shape, types, pads=pads, pad_to=pad_to)
-    base, d = one
-    extra = () if pads is None else (tuple(pads), pad_to)
+    base, d, j = one
+    extra = (None if pads is None else tuple(pads), pad_to, j)
     recipe = _recipe("select_shifted_cat", select_shifted_cat, (_slots(1)[0], d, tuple(starts)) + extra)
     key = w.key(f"select_shifted_cat{d}{tuple(starts)}{extra}", recipe, ((types,), types))
     return w.apply(key, [w.handle(base)], shape)
 
 
 def build_embedding_bag(w, members) -> None:
-    """One ``F.embedding_bag`` over ``cat(W_i)`` (module docstring); member i is a narrow of its output."""
+    """One ``F.embedding_bag`` over ``cat(W_i)`` (module docstring); member i is a narrow of its output, or,
+    when every member has 2-D ids of ``B`` bags (static or symbolic), ``Y.view(n, B, D).select(0, i)``."""
     m0 = members[0]
     p = _bag_parts(m0)
-    x, wt, off, psw, dim = p["x"], p["w"], p["off"], p["psw"], p["dim"]
+    x, wt, off, psw, dim, sym = p["x"], p["w"], p["off"], p["psw"], p["dim"], p["sym"]
     last = p["form"] == ("1d", True)
     types_in, types_out = m0.types
     rows = [m.in_shapes[wt][0] for m in members]
     starts = [sum(rows[:i]) for i in range(len(rows))]
     W = w.cat([w.handle(m.inputs[wt]) for m in members], 0, (sum(rows), dim))
     xs = [tuple(m.in_shapes[x]) for m in members]
-    n_ids = sum(s[0] for s in xs)
+    n_ids = prod_sizes(w, (len(members), sym[0])) if sym is not None else sum(s[0] for s in xs)
     ids_shape = (n_ids,) + xs[0][1:]
     pads = [_bag_parts(m)["pad"] for m in members] if p["pad"] is not None else None
     pad_to = starts[0] + pads[0] if pads is not None else None
@@ -252,8 +278,12 @@ def build_embedding_bag(w, members) -> None:
     recipe = _recipe("embedding_bag", F.embedding_bag, marker[:2], kwargs)
     arg_types = tuple(types_in[i] for i in [x, wt] + ([off] if off is not None else []) + ([psw] if psw is not None else []))
     key = w.key(f"batch_embedding_bag:{p['mode']}:{sorted(slots)}:{pad_to}", recipe, (arg_types, types_out))
-    total = sum(bags)
+    total = n_ids if sym is not None else sum(bags)
     Y = w.apply(key, args, (total, dim))
+    outs = {m.shape[0] for m in members}
+    if p["form"][0] == "2d" and len(outs) == 1:  # one batch: static and symbolic graphs get one form
+        _select_rows(w, members, Y, outs.pop(), dim)
+        return
     start = 0
     for m, b in zip(members, bags):
         own = b - 1 if last else b
@@ -261,12 +291,23 @@ def build_embedding_bag(w, members) -> None:
         start += b
 
 
+def _select_rows(w, members, Y: int, rows: int, dim: int) -> None:
+    """Member i is ``Y.view(n, rows, dim).select(0, i)``: the row slices of the fused output when every member
+    has ``rows`` bags. Under a symbolic batch ``rows`` is a token, and a narrow's start ``i * rows`` would be
+    symbolic (the algebra keeps starts static); the static graph gets the same form, so both are rewritten
+    by the same rules."""
+    n = len(members)
+    R = w.reshape(Y, (n, rows, dim))
+    for i, m in enumerate(members):
+        w.union(m, w.select(R, 0, i, n, (rows, dim)))
+
+
 # -- F.embedding ---------------------------------------------------------------------------------------
 
-def _embedding_parts(m) -> tuple[int, int, int, bool]:
-    """``(ids slot, weight slot, dim, scale_grad_by_freq)`` of an ``F.embedding`` member, or raise ValueError."""
+def _embedding_parts(m) -> tuple[int, int, int, bool, bool]:
+    """``(ids slot, weight slot, dim, scale_grad_by_freq, symbolic ids?)`` of an ``F.embedding`` member, or
+    raise ValueError. The ids' sizes may be symbolic (the batch), the table's may not."""
     bound = bound_call(m, "embedding", EMBEDDING_PARAMS)
-    _require_static(m)
     freq = bound.get("scale_grad_by_freq", False)
     if bound.get("max_norm") is not None or bound.get("sparse", False) is not False \
             or not isinstance(freq, bool) or bound.get("padding_idx") is not None:
@@ -275,9 +316,9 @@ def _embedding_parts(m) -> tuple[int, int, int, bool]:
     if x is None or wt is None:
         raise ValueError("no input or weight")
     xs, ws = m.in_shapes[x], m.in_shapes[wt]
-    if xs is None or ws is None or len(ws) != 2 or m.shape != tuple(xs) + (ws[1],):
+    if xs is None or ws is None or len(ws) != 2 or m.shape != tuple(xs) + (ws[1],) or not is_static(ws):
         raise ValueError("shapes")
-    return x, wt, ws[1], freq
+    return x, wt, ws[1], freq, not is_static(xs)
 
 
 def embedding_key(m):
@@ -286,10 +327,11 @@ def embedding_key(m):
     if m.is_output and not m.eager_contiguous:
         return None
     try:
-        x, wt, dim, freq = _embedding_parts(m)
+        x, wt, dim, freq, sym = _embedding_parts(m)
     except ValueError:
         return None
-    return ("batch_embedding", dim, freq, x, wt, m.types)
+    # under a symbolic batch the members share the ids' shape (their counts are not added)
+    return ("batch_embedding", dim, freq, x, wt, tuple(m.in_shapes[x]) if sym else None, m.types)
 
 
 # A lookup's value is a new contiguous tensor in eager, and so is each member's row slice of the fused
@@ -300,24 +342,28 @@ def embedding_key(m):
 
 def build_embedding(w, members) -> None:
     """``Y = F.embedding(flat_shifted_cat(ids_i, +S_i), cat(W_i))``; member i is
-    ``Y[n_i : n_i + numel(ids_i)].reshape(*ids_i.shape, D)`` (a view: rows of a contiguous Y)."""
+    ``Y[n_i : n_i + numel(ids_i)].reshape(*ids_i.shape, D)`` (a view: rows of a contiguous Y), or, when every
+    member's ids have one shape ``s`` (static or symbolic), ``Y.view(n, *s, D).select(0, i)``."""
     m0 = members[0]
-    x, wt, dim, freq = _embedding_parts(m0)
+    x, wt, dim, freq, sym = _embedding_parts(m0)
     types_in, types_out = m0.types
     rows = [m.in_shapes[wt][0] for m in members]
     starts = [sum(rows[:i]) for i in range(len(rows))]
     W = w.cat([w.handle(m.inputs[wt]) for m in members], 0, (sum(rows), dim))
-    counts = []
-    for m in members:
-        c = 1
-        for s in m.in_shapes[x]:
-            c *= s
-        counts.append(c)
-    total = sum(counts)
+    shapes = [tuple(m.in_shapes[x]) for m in members]
+    counts = [prod_sizes(w, s) for s in shapes]
+    one = len(set(shapes)) == 1
+    total = prod_sizes(w, (len(members), counts[0])) if one else sum(counts)
     ids = _shifted(w, [w.handle(m.inputs[x]) for m in members], starts, (total,), types_in[x], flat=True)
     recipe = _recipe("embedding", F.embedding, (_slots(2)), {"scale_grad_by_freq": True} if freq else {})
     key = w.key(f"batch_embedding:{freq}", recipe, ((types_in[x], types_in[wt]), types_out))
     Y = w.apply(key, [ids, W], (total, dim))
+    if one:
+        shape = shapes[0] + (dim,)
+        R = w.reshape(Y, (len(members),) + shape)
+        for i, m in enumerate(members):
+            w.union(m, w.select(R, 0, i, len(members), shape))
+        return
     start = 0
     for m, c in zip(members, counts):
         shape = tuple(m.in_shapes[x]) + (dim,)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from optimus_eq.patterns import aten, pointwise, split_cat
 from optimus_eq.registry import HorizontalPattern, Pattern, PatternRegistry, Rule
 from optimus_eq.horizontal import patterns as horizontal
-from optimus_eq.horizontal import embedding  # noqa: E402
+from optimus_eq.horizontal import embedding, embedding_aten  # noqa: E402
 
 DEFAULT_REGISTRY = PatternRegistry()
 for _p in (
@@ -22,6 +22,7 @@ for _p in (
     *split_cat.LATE,
     *aten.NORMALIZE,
     *horizontal.POST_GRAD_PATTERNS,
+    *embedding_aten.PATTERNS,
     *aten.PATTERNS,
 ):
     DEFAULT_REGISTRY.register(_p)
