@@ -52,7 +52,7 @@ def test_forward_lookups_batched(strategy, variant):
         return torch.cat(ys)
 
     c = aot_check(f, [*xs, *ws], strategy, pattern_options=SMALL)
-    assert c.reports[0].patterns_fired["batch_aten_embedding"] == 1  # eqsat: the alternative was offered
+    assert c.reports[0].rule_matches["batch_aten_embedding"] == 1  # eqsat: the alternative was offered
     # eqsat's cost model prices each id shift as a kernel (Inductor fuses them into the cat): it keeps the
     # lookups apart; greedy batches
     assert count(c, aten.embedding.default, 0) == (1 if strategy == "greedy" else 4), c.graphs[0].code

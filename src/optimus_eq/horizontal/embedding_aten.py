@@ -19,8 +19,8 @@ Not batched post-grad (docs/DESIGN.md, "Embedding lookups"):
 * ``aten._embedding_bag``: it returns a tuple (output, offset2bag, bag_size, max_indices) whose last three
   the backward graph reads, and whose shapes differ between the meta kernel and the CPU kernel (sum mode
   on CPU: an empty offset2bag and a max_indices of one entry per bag; meta: the other way round), so a
-  rewrite of those saved tensors cannot be stated from the graph's meta. The pre-grad
-  ``batch_embedding_bag`` batches forward and backward in one (AOTAutograd derives the fused backward).
+  rewrite of those saved tensors cannot be stated from the graph's meta. The pre-grad bag
+  pattern batches forward and backward in one (AOTAutograd derives the fused backward).
 * symbolic sizes (the fused ids are a ``cat`` whose pieces would have symbolic lengths), tables other
   than 2-D.
 """
