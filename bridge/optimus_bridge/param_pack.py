@@ -230,6 +230,43 @@ def _read_only(node: fx.Node, output_ok: bool = False) -> bool:
     return True
 
 
+class _SavedVersions(torch.autograd.graph.saved_tensors_hooks):
+    """Saved-tensor hooks for one call of a packed graph: a tensor saved for backward that lives in a packed
+    buffer records its parameters' version counters, and unpacking it in backward raises where one of them
+    changed, as eager's own check does.
+
+    Packing makes each parameter a view of the buffer by ``p.data = buffer[i]``, which leaves the parameter its
+    own version counter: without these hooks an in-place update of a parameter between forward and backward
+    would reach the saved buffer unseen and backward would use the new weights. The hooks chain to the
+    saved-tensor hooks active around the call (activation offloading, checkpointing), which keep working.
+
+    Args:
+        buffers: ``untyped_storage().data_ptr()`` of each pack's buffer -> the parameters that are views of it.
+    """
+
+    def __init__(self, buffers: dict[int, list[torch.Tensor]]) -> None:
+        outer = torch._C._autograd._top_saved_tensors_default_hooks(False)
+
+        def pack(t):
+            held = outer[0](t) if outer else t
+            try:
+                params = buffers.get(t.untyped_storage().data_ptr())
+            except (RuntimeError, NotImplementedError):  # a tensor without storage (sparse, nested)
+                params = None
+            return held, params, None if params is None else [p._version for p in params]
+
+        def unpack(saved):
+            held, params, versions = saved
+            if params is not None and [p._version for p in params] != versions:
+                raise RuntimeError(
+                    "one of the variables needed for gradient computation has been modified by an inplace "
+                    "operation: a parameter that optimus_eq packed into one buffer was written between forward "
+                    "and backward (eager raises the same error)")
+            return outer[1](held) if outer else held
+
+        super().__init__(pack, unpack)
+
+
 class ParameterPacks:
     """What packing did to one graph, and how its calls are served.
 
@@ -291,8 +328,15 @@ class ParameterPacks:
         """``compiled`` (of the packed graph) as a callable of the original graph's inputs."""
         inputs = self.inputs
 
+        packs = self.packs
+
         def packed_call(*args):  # Dynamo calls a backend's callable with the graph's inputs as arguments
-            return compiled(*inputs(args))
+            packed = inputs(args)
+            if not torch.is_grad_enabled():
+                return compiled(*packed)
+            with _SavedVersions({p.buffer.untyped_storage().data_ptr(): [args[i] for i in p.positions]
+                                 for p in packs}):
+                return compiled(*packed)
 
         packed_call._optimus_packs = self  # for tests and reports
         return packed_call
