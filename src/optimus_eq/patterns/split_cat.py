@@ -139,29 +139,40 @@ unbind_stack_to_slices_pass = Pattern(
 )
 
 
-def _split_stack_rule(rank: int, dim: int) -> Rule:
-    """``Unsqueeze(Narrow(x, dim, s, l, n), dim)`` is a length-1 slice of x viewed as [.., n/l, l, ..]."""
-    sizes = [f"(vec-get sh {i})" for i in range(dim)] + ["(/ n l)", "l"] + \
-            [f"(vec-get sh {i})" for i in range(dim + 1, rank)]
+def _unflatten_at(dim: int) -> str:
+    """The shape ``sh`` of x with its size at ``dim`` (n) split into ``(n/l, l)``, for any rank above ``dim``:
+    the sizes before ``dim``, then n/l, then ``sh`` with l at ``dim`` less its first ``dim`` sizes."""
+    rest = f"(vec-set sh {dim} l)"
+    for _ in range(dim):
+        rest = f"(vec-remove {rest} 0)"
+    head = " ".join([f"(vec-get sh {i})" for i in range(dim)] + ["(/ n l)"])
+    return f"(vec-append (vec-of {head}) {rest})"
+
+
+#: the ranks of x the split_stack_to_cats rules accept: above the split dim, below MAX_RANK (the view adds a dim)
+_RANKS = ("(= sh (shape x))", f"(< (vec-length sh) {MAX_RANK})")
+
+
+def _split_stack_rule(dim: int) -> Rule:
+    """``Unsqueeze(Narrow(x, dim, s, l, n), dim)`` is a length-1 slice of x viewed as [.., n/l, l, ..] (one
+    rule for every rank: one rule per rank cost each rule pass a join per rank)."""
     return Rule(
-        f"split_stack_to_cats/rank{rank}_dim{dim}",
+        f"split_stack_to_cats/dim{dim}",
         f"(Unsqueeze (Narrow x {dim} s l n) {dim})",
-        f"(Narrow (Reshape x (vec-of {' '.join(sizes)})) {dim} (/ s l) 1 (/ n l))",
-        ("(= sh (shape x))", f"(= (vec-length sh) {rank})", "(> l 0)", "(>= n 0)", "(= (% s l) 0)", "(= (% n l) 0)"),
+        f"(Narrow (Reshape x {_unflatten_at(dim)}) {dim} (/ s l) 1 (/ n l))",
+        (*_RANKS, f"(> (vec-length sh) {dim})", "(> l 0)", "(>= n 0)", "(= (% s l) 0)", "(= (% n l) 0)"),
     )
 
 
-def _split_stack_other_dim_rule(rank: int, dim: int) -> Rule:
+def _split_stack_other_dim_rule(dim: int) -> Rule:
     """``Unsqueeze(Narrow(x, dim, s, l, n), c)``, c != dim, is a length-1 slice at c of x viewed as
     [.., n/l, l, ..] with the n/l dim moved to c (stacking along c the pieces x.split(l, dim))."""
-    sizes = [f"(vec-get sh {i})" for i in range(dim)] + ["(/ n l)", "l"] + \
-            [f"(vec-get sh {i})" for i in range(dim + 1, rank)]
     return Rule(
-        f"split_stack_to_cats/rank{rank}_dim{dim}_other",
+        f"split_stack_to_cats/dim{dim}_other",
         f"(Unsqueeze (Narrow x {dim} s l n) c)",
-        f"(Narrow (Permute (Reshape x (vec-of {' '.join(sizes)})) p) c (/ s l) 1 (/ n l))",
-        ("(!= c " + str(dim) + ")", "(= sh (shape x))", f"(= (vec-length sh) {rank})", "(> l 0)", "(>= n 0)",
-         "(= (% s l) 0)", "(= (% n l) 0)", f"(= p (MovePerm {rank + 1} {dim} c))"),
+        f"(Narrow (Permute (Reshape x {_unflatten_at(dim)}) p) c (/ s l) 1 (/ n l))",
+        ("(!= c " + str(dim) + ")", *_RANKS, f"(> (vec-length sh) {dim})", "(> l 0)", "(>= n 0)",
+         "(= (% s l) 0)", "(= (% n l) 0)", f"(= p (MovePerm (+ (vec-length sh) 1) {dim} c))"),
     )
 
 
@@ -169,8 +180,8 @@ split_stack_to_cats_pass = Pattern(
     name="split_stack_to_cats_pass",
     levels=("pre_grad",),
     kind="vertical",
-    rules=tuple(_split_stack_rule(r, d) for r in range(1, MAX_RANK) for d in range(r))
-    + tuple(_split_stack_other_dim_rule(r, d) for r in range(1, MAX_RANK) for d in range(r)),
+    rules=tuple(_split_stack_rule(d) for d in range(MAX_RANK - 1))
+    + tuple(_split_stack_other_dim_rule(d) for d in range(MAX_RANK - 1)),
     doc="""Equal split pieces stacked along the split dim are slices of an unflattening view; stacked
     along another dim, of that view with the pieces' dim moved there.
 
