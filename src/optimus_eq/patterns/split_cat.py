@@ -139,14 +139,15 @@ unbind_stack_to_slices_pass = Pattern(
 )
 
 
-def _unflatten_at(dim: int) -> str:
-    """The shape ``sh`` of x with its size at ``dim`` (n) split into ``(n/l, l)``, for any rank above ``dim``:
-    the sizes before ``dim``, then n/l, then ``sh`` with l at ``dim`` less its first ``dim`` sizes."""
-    rest = f"(vec-set sh {dim} l)"
-    for _ in range(dim):
-        rest = f"(vec-remove {rest} 0)"
-    head = " ".join([f"(vec-get sh {i})" for i in range(dim)] + ["(/ n l)"])
-    return f"(vec-append (vec-of {head}) {rest})"
+def unflatten_shape(dim: int, outer: str, inner: str) -> str:
+    """egglog text of the shape ``sh`` (any rank > ``dim``) with dim ``dim`` split into ``[outer, inner]``:
+    the target of ``x.unflatten(dim, (outer, inner))``. egglog's vectors have no insert, so the sizes after
+    ``dim`` are ``sh`` with its first ``dim + 1`` entries removed."""
+    head = " ".join([f"(vec-get sh {i})" for i in range(dim)] + [outer, inner])
+    tail = "sh"
+    for _ in range(dim + 1):
+        tail = f"(vec-remove {tail} 0)"
+    return f"(vec-append (vec-of {head}) {tail})"
 
 
 #: the ranks of x the split_stack_to_cats rules accept: above the split dim, below MAX_RANK (the view adds a dim)
@@ -159,7 +160,7 @@ def _split_stack_rule(dim: int) -> Rule:
     return Rule(
         f"split_stack_to_cats/dim{dim}",
         f"(Unsqueeze (Narrow x {dim} s l n) {dim})",
-        f"(Narrow (Reshape x {_unflatten_at(dim)}) {dim} (/ s l) 1 (/ n l))",
+        f"(Narrow (Reshape x {unflatten_shape(dim, '(/ n l)', 'l')}) {dim} (/ s l) 1 (/ n l))",
         (*_RANKS, f"(> (vec-length sh) {dim})", "(> l 0)", "(>= n 0)", "(= (% s l) 0)", "(= (% n l) 0)"),
     )
 
@@ -170,7 +171,7 @@ def _split_stack_other_dim_rule(dim: int) -> Rule:
     return Rule(
         f"split_stack_to_cats/dim{dim}_other",
         f"(Unsqueeze (Narrow x {dim} s l n) c)",
-        f"(Narrow (Permute (Reshape x {_unflatten_at(dim)}) p) c (/ s l) 1 (/ n l))",
+        f"(Narrow (Permute (Reshape x {unflatten_shape(dim, '(/ n l)', 'l')}) p) c (/ s l) 1 (/ n l))",
         ("(!= c " + str(dim) + ")", *_RANKS, f"(> (vec-length sh) {dim})", "(> l 0)", "(>= n 0)",
          "(= (% s l) 0)", "(= (% n l) 0)", f"(= p (MovePerm (+ (vec-length sh) 1) {dim} c))"),
     )
@@ -222,17 +223,6 @@ unbind_cat_to_view_pass = Pattern(
 )
 
 _FULL_RUN = Rule("split_cat/full_run", _HEAD, "(Cons d x R2)", _RUN + ("(= s 0)", "(= e n)"))
-
-
-def unflatten_shape(dim: int, outer: str, inner: str) -> str:
-    """egglog text of the shape ``sh`` (any rank > ``dim``) with dim ``dim`` split into ``[outer, inner]``:
-    the target of ``x.unflatten(dim, (outer, inner))``. egglog's vectors have no insert, so the sizes after
-    ``dim`` are ``sh`` with its first ``dim + 1`` entries removed."""
-    head = " ".join([f"(vec-get sh {i})" for i in range(dim)] + [outer, inner])
-    tail = "sh"
-    for _ in range(dim + 1):
-        tail = f"(vec-remove {tail} 0)"
-    return f"(vec-append (vec-of {head}) {tail})"
 
 
 def run_base(dim: int, full: bool) -> tuple[str, tuple[str, ...]]:
