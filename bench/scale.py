@@ -107,7 +107,7 @@ def named_graph(name: str):
         case = dhen.build({"batch": 8, "fields": 32, "dim": 16, "layers": 3, "heads": 2, "rank": 8})
         fields, layers = 32, 3
     else:
-        case = launch_bound.build({"batch": 16, "branches": 128, "dim": 8, "layers": 2})
+        case = launch_bound.build({"batch": 16, "branches": 128, "dim": 8, "layers": 2, "optimizer": "none"})
         fields, layers = 128, 2
     got = []
 

@@ -108,39 +108,47 @@ unbind_stack_to_slices_pass = vertical("unbind_stack_to_slices_pass", PRE_GRAD, 
     also=("unbind_stack_pass", "split_cat_pass", "merge_getitem_cat_pass", "mutate_cat_pass"))
 
 
-def _pieces_view(rank: int, dim: int) -> str:
-    """egglog text of x's shape ``sh`` (of ``rank``) with dim ``dim`` split into [n/l, l]: the view of x in
-    which the equal pieces x.split(l, dim) are the rows along ``dim``."""
-    sizes = [f"(vec-get sh {i})" for i in range(dim)] + ["(/ n l)", "l"] + \
-            [f"(vec-get sh {i})" for i in range(dim + 1, rank)]
-    return f"(vec-of {' '.join(sizes)})"
+def unflatten_shape(dim: int, outer: str, inner: str) -> str:
+    """egglog text of the shape ``sh`` (any rank > ``dim``) with dim ``dim`` split into ``[outer, inner]``:
+    the target of ``x.unflatten(dim, (outer, inner))``. egglog's vectors have no insert, so the sizes after
+    ``dim`` are ``sh`` with its first ``dim + 1`` entries removed."""
+    head = " ".join([f"(vec-get sh {i})" for i in range(dim)] + [outer, inner])
+    tail = "sh"
+    for _ in range(dim + 1):
+        tail = f"(vec-remove {tail} 0)"
+    return f"(vec-append (vec-of {head}) {tail})"
 
 
-def _split_stack_rule(rank: int, dim: int) -> Rule:
-    """``Unsqueeze(Narrow(x, dim, s, l, n), dim)`` is a length-1 slice of x viewed as [.., n/l, l, ..]."""
+#: the ranks of x the split_stack_to_cats rules accept: above the split dim, below MAX_RANK (the view adds a dim)
+_RANKS = ("(= sh (shape x))", f"(< (vec-length sh) {MAX_RANK})")
+
+
+def _split_stack_rule(dim: int) -> Rule:
+    """``Unsqueeze(Narrow(x, dim, s, l, n), dim)`` is a length-1 slice of x viewed as [.., n/l, l, ..] (one
+    rule for every rank: one rule per rank cost each rule pass a join per rank)."""
     return Rule(
-        f"split_stack_to_cats/rank{rank}_dim{dim}",
+        f"split_stack_to_cats/dim{dim}",
         f"(Unsqueeze (Narrow x {dim} s l n) {dim})",
-        f"(Narrow (Reshape x {_pieces_view(rank, dim)}) {dim} (/ s l) 1 (/ n l))",
-        ("(= sh (shape x))", f"(= (vec-length sh) {rank})", "(> l 0)", "(>= n 0)", "(= (% s l) 0)", "(= (% n l) 0)"),
+        f"(Narrow (Reshape x {unflatten_shape(dim, '(/ n l)', 'l')}) {dim} (/ s l) 1 (/ n l))",
+        (*_RANKS, f"(> (vec-length sh) {dim})", "(> l 0)", "(>= n 0)", "(= (% s l) 0)", "(= (% n l) 0)"),
     )
 
 
-def _split_stack_other_dim_rule(rank: int, dim: int) -> Rule:
+def _split_stack_other_dim_rule(dim: int) -> Rule:
     """``Unsqueeze(Narrow(x, dim, s, l, n), c)``, c != dim, is a length-1 slice at c of x viewed as
     [.., n/l, l, ..] with the n/l dim moved to c (stacking along c the pieces x.split(l, dim))."""
     return Rule(
-        f"split_stack_to_cats/rank{rank}_dim{dim}_other",
+        f"split_stack_to_cats/dim{dim}_other",
         f"(Unsqueeze (Narrow x {dim} s l n) c)",
-        f"(Narrow (Permute (Reshape x {_pieces_view(rank, dim)}) p) c (/ s l) 1 (/ n l))",
-        ("(!= c " + str(dim) + ")", "(= sh (shape x))", f"(= (vec-length sh) {rank})", "(> l 0)", "(>= n 0)",
-         "(= (% s l) 0)", "(= (% n l) 0)", f"(= p (MovePerm {rank + 1} {dim} c))"),
+        f"(Narrow (Permute (Reshape x {unflatten_shape(dim, '(/ n l)', 'l')}) p) c (/ s l) 1 (/ n l))",
+        ("(!= c " + str(dim) + ")", *_RANKS, f"(> (vec-length sh) {dim})", "(> l 0)", "(>= n 0)",
+         "(= (% s l) 0)", "(= (% n l) 0)", f"(= p (MovePerm (+ (vec-length sh) 1) {dim} c))"),
     )
 
 
 split_stack_to_cats_pass = vertical("split_stack_to_cats_pass", PRE_GRAD,
-    rules=tuple(_split_stack_rule(r, d) for r in range(1, MAX_RANK) for d in range(r))
-    + tuple(_split_stack_other_dim_rule(r, d) for r in range(1, MAX_RANK) for d in range(r)),
+    rules=tuple(_split_stack_rule(d) for d in range(MAX_RANK - 1))
+    + tuple(_split_stack_other_dim_rule(d) for d in range(MAX_RANK - 1)),
     doc="""Equal split pieces stacked along the split dim are slices of an unflattening view; stacked
     along another dim, of that view with the pieces' dim moved there.
 
@@ -170,17 +178,6 @@ unbind_cat_to_view_pass = vertical("unbind_cat_to_view_pass", PRE_GRAD, rules=(
     also=("split_cat_pass", "merge_getitem_cat_pass", "mutate_cat_pass"))
 
 _FULL_RUN = Rule("split_cat/full_run", _HEAD, "(Cons d x R2)", _RUN + ("(= s 0)", "(= e n)"))
-
-
-def unflatten_shape(dim: int, outer: str, inner: str) -> str:
-    """egglog text of the shape ``sh`` (any rank > ``dim``) with dim ``dim`` split into ``[outer, inner]``:
-    the target of ``x.unflatten(dim, (outer, inner))``. egglog's vectors have no insert, so the sizes after
-    ``dim`` are ``sh`` with its first ``dim + 1`` entries removed."""
-    head = " ".join([f"(vec-get sh {i})" for i in range(dim)] + [outer, inner])
-    tail = "sh"
-    for _ in range(dim + 1):
-        tail = f"(vec-remove {tail} 0)"
-    return f"(vec-append (vec-of {head}) {tail})"
 
 
 def run_base(dim: int, full: bool) -> tuple[str, tuple[str, ...]]:
