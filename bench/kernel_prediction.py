@@ -36,17 +36,52 @@ from optimus_bridge.inductor_kernels import predict_module
 from optimus_eq import kernels as kernel_counter
 
 
-def outside_kernels(mode: str, optimizer: str, device: str) -> int:
-    """ATen kernels one iteration runs outside the compiled graphs: in a training step, ``backward()``'s
-    seed (``ones_like`` of the loss) and the optimizer's step (fused Adam on CPU: ``_foreach_add_`` of
-    the step counts, ``_fused_adam_``, ``zeros``; the bench's other optimizers are not modelled);
-    nothing in inference."""
+#: multi_tensor_apply's launch limits (aten/src/ATen/native/cuda/MultiTensorApply.cuh): tensors per launch by
+#: list depth (1..5), blocks per launch, elements per block (chunk)
+_MTA_MAX_TENSORS = (110, 64, 48, 36, 30)
+_MTA_MAX_BLOCKS, _MTA_CHUNK = 320, 65536
+
+
+def multi_tensor_launches(numels: list[int], depth: int) -> int:
+    """Kernel launches of one CUDA ``multi_tensor_apply`` over tensors of ``numels`` elements with ``depth``
+    lists (fused Adam: 4, its ``_foreach_add_`` of the step counts: 1): a launch ends when it holds the
+    depth's most tensors or 320 chunks of 65536 elements (a tensor's chunks may spread over launches)."""
+    launches, tensors, blocks = 0, 0, 0
+    for n in numels:
+        if n == 0:
+            continue
+        tensors += 1
+        chunks = -(-n // _MTA_CHUNK)
+        for _ in range(chunks):
+            blocks += 1
+            full_blocks = blocks == _MTA_MAX_BLOCKS
+            full_tensors = tensors == _MTA_MAX_TENSORS[depth - 1]
+            if full_blocks or full_tensors:
+                launches += 1
+                blocks = 0
+                tensors = 0 if full_tensors else 1  # a tensor cut mid-way starts the next launch
+        # the last chunk of a tensor that did not fill a launch stays in the open launch
+    return launches + (1 if blocks or tensors else 0)
+
+
+def outside_kernels(mode: str, optimizer: str, device: str, params: list[int] | None = None) -> int:
+    """ATen kernels (and profiler records the counter counts) one iteration runs outside the compiled
+    graphs; nothing in inference. Training, CPU: ``backward()``'s seed (``ones_like`` of the loss) and fused
+    Adam's step as profiled (``_foreach_add_`` of the step counts, ``_fused_adam_``, ``zeros``). CUDA (the
+    H200's kernel lists): two fills (the seed and one more) and, for fused Adam over ``params`` (element
+    counts of the trained parameters), the ``Optimizer.step`` record plus :func:`multi_tensor_launches` of
+    ``_fused_adam_`` (depth 4) and of the step counts' ``_foreach_add_`` (depth 1). The bench's other
+    optimizers are not modelled."""
     if mode != "train":
         return 0
     spec = OPTIMIZERS.get(optimizer)
-    # fused Adam's step on CPU, as profiled: _foreach_add_ (the step counts), _fused_adam_, zeros
-    opt = 0 if spec is None else (3 if spec[1].get("fused") else 0)
-    return 1 + opt
+    fused = spec is not None and spec[1].get("fused")
+    if device == "cuda":
+        opt = 0
+        if fused and params:
+            opt = 1 + multi_tensor_launches(params, 4) + multi_tensor_launches([1] * len(params), 1)
+        return 2 + opt
+    return 1 + (3 if fused else 0)
 
 
 def _split_counter(device: str):
@@ -167,7 +202,8 @@ def predict_cells(rows: list[dict], device: str, size: str) -> list[dict]:
                 row["predicted_inside"] = pred.kernels if pred else 0
                 row["predicted_fused"] = pred.fused if pred else 0
                 row["predicted_extern"] = pred.extern if pred else 0
-                row["predicted_outside"] = outside_kernels(mode, case.optimizer, device)
+                params = [p.numel() for p in case.model.parameters() if p.requires_grad]
+                row["predicted_outside"] = outside_kernels(mode, case.optimizer, device, params)
                 row["predicted"] = row["predicted_inside"] + row["predicted_outside"]
                 row.pop("predict_error", None)
             except Exception as exc:  # a prediction failure is recorded, the table goes on

@@ -135,6 +135,24 @@ def test_training_is_detected_from_the_graph():
     assert optimus_eq.optimize(gm, ex, cost_model=GPUCostModel(training=False))[1].training is False
 
 
+def test_views_of_parameters_under_no_grad_are_no_training():
+    """Under ``torch.no_grad`` a view of a parameter (``seeds.expand``, ``w.t()``) still requires grad; the
+    inference graph is not priced as training for it (the Interformer's PMA seeds were: eqsat then kept the
+    head's addmm, pricing a backward that never runs)."""
+    seeds = torch.nn.Parameter(torch.randn(4, 8))
+    head = torch.nn.Linear(8, 1)
+
+    def f(x):
+        return head(torch.relu(x + seeds.expand(x.shape[0], -1, -1)).sum(1))
+
+    x = rand(16, 4, 8, seed=1)
+    with torch.no_grad():
+        gm, ex = dynamo_graph(f, x)
+        assert optimus_eq.optimize(gm, ex)[1].training is False
+    gm, ex = dynamo_graph(f, x)
+    assert optimus_eq.optimize(gm, ex)[1].training is True
+
+
 def test_training_with_cuda_graphs_keeps_a_batch_whose_weight_gradients_need_no_copy():
     """Eight 64x64 linears with CUDA graphs: the batch saves 7 launches for 3 stacks forward, and its
     backward launches too; batch_linear feeds the weight stack to ``bmm`` unpermuted, so no AccumulateGrad

@@ -145,3 +145,44 @@ def test_prediction_within_ten_percent_on_bench_models(model, mode):
     measured, predicted = _measured_and_predicted(module, case.inputs, mode == "train")
     assert measured > 0
     assert abs(predicted - measured) <= 0.1 * measured, (predicted, measured)
+
+
+# -- CUDA-only rules read off the H200's kernel lists (issue 15: the GPU undercounts) -----------------
+
+def test_cuda_splits_a_column_reduction_in_two_kernels():
+    """A bias gradient (a sum over the batch: few outputs, many elements each, a strided reduction) is two
+    kernels on CUDA (Inductor's split reduction: partial sums, then their sum), one on CPU; a row sum with
+    enough outputs is one on both."""
+    x = torch.randn(2048, 64)
+    col = _predict(lambda x: (x * 2).sum(0), x, device="cuda")
+    assert col.kernels == 2 and any(g[0].endswith("_split_stage2") for g in col.groups)
+    assert _predict(lambda x: (x * 2).sum(0), x, device="cpu").kernels == 1
+    assert _predict(lambda x: (x * 2).sum(1), torch.randn(16384, 64), device="cuda").kernels == 1
+
+
+def test_cuda_gemv_addmm_copies_its_bias_and_a_weight_gradient_gemm_splits_k():
+    """cuBLAS details the H200 showed: an addmm with one output column copies its bias first (2 kernels);
+    a weight gradient summed over a long batch (K = 4096 >= N, M) gets cuBLASLt's split-K reduction."""
+    head = torch.nn.Linear(64, 1)
+    with torch.no_grad():
+        cuda = _predict(lambda x: head(torch.tanh(x) + x), torch.randn(512, 64), device="cuda")
+        cpu = _predict(lambda x: head(torch.tanh(x) + x), torch.randn(512, 64), device="cpu")
+    assert cuda.extern == cpu.extern + 1
+    a, b = torch.randn(64, 4096), torch.randn(4096, 32)
+    assert _predict(torch.mm, a, b, device="cuda").extern == 2
+    assert _predict(torch.mm, b, torch.randn(32, 64), device="cuda").extern == 1  # K = 32
+
+
+def test_fused_adam_launches_follow_multi_tensor_apply_limits():
+    """The H200's launch-bound training step (128 and 512 branches, 2 layers, fused Adam): 29 + 10 and
+    114 + 38 multi_tensor_apply launches, plus the two fills and the Optimizer.step record."""
+    from kernel_prediction import multi_tensor_launches, outside_kernels
+
+    def params(branches):
+        return [32] * (2 * branches * 3) + [1024] * (2 * branches) + [branches * 32, 1]
+
+    assert (multi_tensor_launches(params(128), 4), multi_tensor_launches([1] * 1026, 1)) == (29, 10)
+    assert outside_kernels("train", "adam_fused", "cuda", params(128)) == 42
+    assert outside_kernels("train", "adam_fused", "cuda", params(512)) == 155
+    assert multi_tensor_launches([65536 * 321], 4) == 2  # a tensor of 321 chunks spans two launches
+    assert outside_kernels("inference", "adam_fused", "cuda", params(128)) == 0

@@ -104,7 +104,9 @@ def _compute_facts(tr, level: str):
         if node.op == "placeholder" or node.op == "get_attr":
             if val.is_leaf:
                 params[h] = val.numel() if all(isinstance(s, int) for s in val.shape) else None
-        else:
+        elif not val._is_view():
+            # a view of a parameter requires grad even under torch.no_grad (an inference graph reading
+            # `w.t()` or `seeds.expand(...)`): only a computed value makes the graph one that trains
             computed = True
     info = GradientInfo(frozenset(grad), frozenset(no_grad), params) if computed else None
 
@@ -145,7 +147,8 @@ def facts(tr, level: str = "pre_grad") -> tuple:
 def gradient_info(tr, level: str = "pre_grad"):
     """Which terms of a translated graph (``optimus_bridge.translate.Translation``) require grad
     (:class:`GradientInfo`, from the FX nodes' FakeTensor meta), or
-    None when the graph will not be differentiated: no computed node's value requires grad (traced under
+    None when the graph will not be differentiated: no computed node's value requires grad (views of
+    parameters, which require grad even under ``torch.no_grad``, are not computed values; traced under
     ``torch.no_grad``, or no input requires grad), or an Aten-IR graph (``post_grad``: AOTAutograd has
     already split off the backward, which is optimized as a graph of its own). Computed once per
     Translation, with :func:`gradient_reach`."""

@@ -6,6 +6,7 @@ way Inductor's scheduler does it (``torch/_inductor/scheduler.py``: ``fuse_nodes
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -38,6 +39,16 @@ class KernelPrediction:
 
     def __add__(self, other: "KernelPrediction") -> "KernelPrediction":
         return KernelPrediction(self.fused + other.fused, self.extern + other.extern, self.groups + other.groups)
+
+
+@functools.lru_cache(maxsize=1)
+def _buffer_overlap_scoring() -> bool:
+    """Whether the installed Inductor scores readers of different views of one buffer as sharing memory
+    (``Scheduler._can_use_buffer_overlap_scoring``, torch 2.13 has it): without it (the H200's torch 2.11
+    ran DHEN's q, k and v slices of one projection as three kernels) such readers do not fuse."""
+    from torch._inductor.scheduler import Scheduler
+
+    return hasattr(Scheduler, "_can_use_buffer_overlap_scoring")
 
 
 def node_val(node):
@@ -190,7 +201,8 @@ def fuse_kernels(sched: list[SchedNode], deps: list[set[int]], cpu: bool, extern
             val = node_val(v) if isinstance(v, torch.fx.Node) else None
             if numel_of(val) * itemsize_of(val) >= SCORE_FUSION_MEMORY_THRESHOLD:
                 exact.setdefault((b, v), []).append(s.id)
-                overlap.setdefault(b, []).append(s.id)
+                if _buffer_overlap_scoring():
+                    overlap.setdefault(b, []).append(s.id)
     for i, cat in writes.items():
         if fusable[i]:
             overlap.setdefault(("write", cat), []).append(i)

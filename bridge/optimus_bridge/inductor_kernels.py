@@ -33,8 +33,12 @@ source named:
 
 Horizontal fusion of independent nodes that share no buffer (``combo_kernels``) is off in Inductor's
 default config and is not modelled. What is approximated: loop groups are compared by element counts, not
-by their ranges and index expressions (a transposed read that blocks a fusion is not seen); split
-reductions on CUDA (a large ``r`` with a small ``n`` is two kernels) are not modelled.
+by their ranges and index expressions (a transposed read that blocks a fusion is not seen). **Split
+reductions** (CUDA): a reduction with few outputs and many elements each is two kernels
+(:func:`split_reduction`, the H200's figures); the second stage is counted as a kernel of its own.
+**Split-K GEMMs** (CUDA): cuBLAS adds a reduction kernel to some GEMMs whose contraction dim is long
+(:func:`split_k_gemm`, a fit to the H200's kernel lists); ``baddbmm`` and an ``addmm`` without cuBLASLt's
+bias epilogue copy their bias into the output first, one kernel more (:func:`bias_copied`).
 
 :func:`predict` gives a :class:`KernelPrediction` per graph; :func:`predict_module` traces a Torch-IR
 graph and sums its forward and, when training, backward graphs.
@@ -199,6 +203,7 @@ def predict(gm: torch.fx.GraphModule, device: str = "cpu") -> KernelPrediction:
         return s
 
     pointwise_cat = {}
+    splits: list[str] = []  # CUDA reductions Inductor splits in two kernels
     for n in nodes:
         k = kind[n]
         if k in ("view", "other"):
@@ -213,6 +218,10 @@ def predict(gm: torch.fx.GraphModule, device: str = "cpu") -> KernelPrediction:
             realized[n] = True
             s = add(n, k, None, set().union(*[buf_reads(a) for a in args]) if args else set())
             extern += 1
+            if not cpu and split_k_gemm(n):
+                extern += 1  # cuBLASLt's splitKreduce kernel after the GEMM
+            if not cpu and bias_copied(n):
+                extern += 1  # ATen copies the bias into the output before the GEMM
             continue
         if k == "cat":
             ins = [base(a) for a in args]
@@ -255,6 +264,8 @@ def predict(gm: torch.fx.GraphModule, device: str = "cpu") -> KernelPrediction:
             else:
                 realized[n] = True
                 add(n, "reduction", ("r", out_n, r, _dim0(node_val(n))), my_reads)
+                if not cpu and split_reduction(n, out_n, r):
+                    splits.append(n.name)
                 continue
         # pointwise: realized now or left to be inlined (decided when a reader needs it, or below)
         users = {id(u) for u in readers[n]}
@@ -283,7 +294,88 @@ def predict(gm: torch.fx.GraphModule, device: str = "cpu") -> KernelPrediction:
         deps.append(d)
     # the nodes that write one cat buffer share it (their writes are slices of one buffer)
     writes = {w.id: cat for cat, ws in cat_writers.items() for w in ws}
-    return fuse_kernels(sched, deps, cpu, extern, writes)
+    pred = fuse_kernels(sched, deps, cpu, extern, writes)
+    # a split reduction's second stage (the partial results reduced) is a kernel of its own: it reads only
+    # the first stage's buffer, which no other node reads
+    pred.fused += len(splits)
+    pred.groups.extend([f"{name}_split_stage2"] for name in splits)
+    return pred
+
+
+def split_k_gemm(node: torch.fx.Node) -> bool:
+    """Whether cuBLAS runs the extern ``mm``/``bmm`` ``node`` as a split-K GEMM with a separate reduction
+    kernel (``cublasLt::splitKreduce_kernel``). cuBLAS's choice is internal; this is a fit to the H200's
+    kernel lists (torch 2.11, fp32, bench/results/h200_2026-12-02 and /work/gpu_early: 13 such kernels in a
+    DHEN training step, 15 in Wukong's, none in the launch-bound model's): the contraction dim K is at least
+    2048, at least the output's N and longer than its M (a weight gradient ``grad.T @ x`` summed over the
+    batch). Forward GEMMs (K = a feature dim) never qualify in the bench models."""
+    if node.target not in (aten.mm.default, aten.bmm.default):
+        return False
+    a, b = (node_val(x) for x in _tensor_args(node)[:2])
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return False
+    try:
+        m, k, n = int(a.shape[-2]), int(a.shape[-1]), int(b.shape[-1])
+    except (TypeError, ValueError):
+        return False
+    return k >= 2048 and k >= n and k > m
+
+
+def bias_copied(node: torch.fx.Node) -> bool:
+    """Whether ATen's CUDA ``addmm``/``baddbmm`` ``node`` copies its bias into the output before the GEMM (an
+    extra ``direct_copy_kernel``): ``baddbmm`` always (aten/src/ATen/native/cuda/Blas.cpp
+    ``baddbmm_out_cuda_impl``: ``result.copy_(self)`` under beta != 0); ``addmm`` unless cuBLASLt's bias
+    epilogue applies (``addmm_out_cuda_impl``'s ``useLtInterface``: a 1-D bias of N elements and every dim
+    of both matrices above 1; a GEMV with one output column has it copied, as the H200's launch-bound head
+    showed)."""
+    if node.target is aten.baddbmm.default:
+        return True
+    if node.target is not aten.addmm.default:
+        return False
+    vals = [node_val(x) for x in _tensor_args(node)[:3]]
+    if len(vals) < 3 or not all(isinstance(v, torch.Tensor) for v in vals):
+        return False
+    bias, a, b = vals
+    try:
+        dims = [int(a.shape[0]), int(a.shape[1]), int(b.shape[1])]
+    except (TypeError, ValueError):
+        return False
+    return bias.dim() != 1 or min(dims) <= 1
+
+
+#: H200 device properties Inductor's split heuristic reads (``DeviceProperties``): SMs, threads per SM, warp
+CUDA_SMS, CUDA_THREADS_PER_SM, CUDA_WARP = 132, 2048, 32
+
+
+def split_reduction(node: torch.fx.Node, numel: int, r: int, sms: int = CUDA_SMS,
+                    threads_per_sm: int = CUDA_THREADS_PER_SM, warp: int = CUDA_WARP) -> bool:
+    """Whether Inductor's CUDA lowering splits the reduction ``node`` (``numel`` outputs, ``r`` elements
+    each) into two kernels (torch/_inductor/ir.py ``Reduction.num_splits``, choices.py
+    ``reduction_split_factor``, default config): never with ``numel >= 64 * sms`` outputs or ``r <= warp``;
+    an *inner* reduction (over the input's contiguous dim) only with fewer than ``2 * sms`` outputs and
+    ``r > 8192``; an *outer* one (over a strided dim: a bias gradient summed over the batch) when its split
+    factor exceeds 1: ``r`` above 4 values per thread times ``warp`` (``r > 128``), or above 2048 when
+    ``r * numel`` exceeds 512 elements per thread of the device. The input's strides come from its meta."""
+    if numel >= sms * 2 * 32 or r <= warp:
+        return False
+    args = _tensor_args(node)
+    x = node_val(args[0]) if args else None
+    if not isinstance(x, torch.Tensor) or x.dim() == 0:
+        return False
+    dims = node.args[1] if len(node.args) > 1 and isinstance(node.args[1], (list, tuple)) else None
+    reduced = set(range(x.dim())) if not dims else {d % x.dim() for d in dims}
+    try:
+        strides = [int(s) for s in x.stride()]
+        sizes = [int(s) for s in x.shape]
+    except (TypeError, ValueError):  # symbolic: Inductor does not split either
+        return False
+    live = [d for d in range(x.dim()) if sizes[d] > 1]
+    innermost = min(live, key=lambda d: strides[d]) if live else None
+    if numel == 1 or innermost in reduced:  # inner reduction
+        return numel < 2 * sms and r > 8192
+    if r * numel >= 512 * sms * threads_per_sm:
+        return r > 4 * 512
+    return r > 4 * warp
 
 
 def _realize(b, realized, reads, readers, producer, sched, add, by) -> None:

@@ -24,6 +24,7 @@ from optimus_eq.ablation.taso import fingerprint
 from optimus_eq.cost import GPUCostModel
 from optimus_eq.egraph import EGraph, Limits, is_rust_panic
 from optimus_eq.extract import EGraphView, NoAcyclicTerm, extract, input_cost, no_gc
+from optimus_eq.extract.fusion import op_kinds
 from optimus_eq.horizontal import HorizontalContext, fuse_round
 from optimus_eq.horizontal.driver import pattern_options as horizontal_options
 from optimus_eq.logs import log_report
@@ -248,7 +249,7 @@ def _objective(tr, cost_model, gradients=None):
     """``egraph -> (DAG cost of its tree extraction, plan fingerprint)``, for searches that rank graphs."""
     def objective(egraph):
         view = EGraphView.from_egraph(egraph)
-        view.gradients = gradients
+        view.gradients, view.op_kinds = gradients, op_kinds(tr.recipes)
         roots, forced = _roots_and_forced(view, tr)
         ex = extract(view, roots, forced, cost_model, method="tree")
         return ex.dag_cost, fingerprint(view, roots, ex.choice)
@@ -295,7 +296,7 @@ class _Plans:
         t0, c0 = time.perf_counter(), time.process_time()
         for restore in (False, True, "all"):
             view = EGraphView.from_egraph(egraph, restore_subsumed=restore)
-            view.gradients = self.gradients
+            view.gradients, view.op_kinds = self.gradients, op_kinds(self.tr.recipes)
             if view.inconsistent:
                 raise RuntimeError(f"inconsistent e-graph ({view.inconsistent[0]})")
             roots, forced = _roots_and_forced(view, self.tr)
@@ -419,7 +420,7 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
     report.patterns_fired.update(groups_in_plan(hctx.groups, view.node_of, view.nodes, ex.choice))
     # the plan that keeps every original term (each FX node's term paid once), in the same cost model
     report.cost_before = input_cost(tr.rows, [tr.node_id[n] for n in dict.fromkeys(tr.roots)], tr.opaque_keys,
-                                    cost_model, gradients)
+                                    cost_model, gradients, op_kinds(tr.recipes))
     report.extractor, report.extract_note, report.cost_after = ex.method, ex.note, ex.dag_cost
     report.extraction = dict(ex.stats)
     report.limits.extend(_extraction_limits(ex.stats, ilp_max_nodes, ilp_seconds))

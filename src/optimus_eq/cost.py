@@ -6,9 +6,19 @@ cost(e-node) = kernels * launch_us + bytes / bytes_per_us   (microseconds)
   ``view_us`` so that among equal plans the one with fewer nodes wins;
 * list cells (Cons, Nil, ACons, ANil) and bookkeeping cost nothing;
 * ``Cat`` is one kernel that reads and writes its output once;
-* ``Unary``/``Binary`` are one kernel each, reading their inputs and writing the output (Inductor fuses
-  chains of pointwise ops into one kernel; this model does not credit that yet);
+* ``Unary``/``Binary`` are one kernel each, reading their inputs and writing the output;
 * ``Apply`` of a pure op is one kernel writing its output, reading its inputs;
+* **fusion credit** (``fusion=True``, :mod:`optimus_eq.extract.fusion`): Inductor computes a chain of pointwise
+  ops, and a reduction or layer norm after it, in one kernel (the scheduler fuses a pointwise node into its
+  reader of the same loop size, and a pointwise producer into a reduction over its elements; CUDA's
+  ``SIMDScheduling.can_fuse``, CPU's ``CppScheduling``). A pointwise or reduction e-node (:func:`fusion_kind`)
+  whose input is computed by such a kernel in every plan (its e-class holds only pointwise/reduction e-nodes,
+  of the same element count for a pointwise reader) launches nothing: it pays its output's bytes and the
+  bytes of its other inputs (:meth:`GPUCostModel.fused_cost`). Each chain still pays one launch, at its first
+  op. So ``(x * w).sum(-1) + b`` after the kernel that computed ``x`` costs no launch where an ``addmm``
+  costs one (decompose_gemv_pass, the launch-bound model's head). Not credited: cats (a pointwise cat of
+  at most 8 inputs fuses on CUDA too), ops reading views of a kernel's output, and the choice between
+  inlining a producer into several readers and realizing it;
 * opaque terms are forced into every plan, so their cost does not matter (0).
 
 Bytes are ``numel * 4`` (the e-graph does not carry dtypes; fp32 assumed).
@@ -57,6 +67,13 @@ from dataclasses import dataclass
 from optimus_eq import symbolic
 
 VIEWS = frozenset(["Narrow", "Select", "Reshape", "Permute", "Unsqueeze"])
+#: op names (:class:`optimus_eq.recipe.Recipe` ``name``, the vocabularies' names) that Inductor lowers to
+#: pointwise loops it fuses with their producers and readers (torch/_inductor/lowering.py: ``make_pointwise``)
+POINTWISE_OPS = frozenset(["relu", "tanh", "sigmoid", "clamp", "nan_to_num", "add", "sub", "mul", "div",
+                           "addcmul", "to", "convert_element_type"])
+#: op names Inductor lowers to a reduction a pointwise producer fuses into (``sum``; ``layer_norm``'s
+#: decomposition: ``var_mean`` and the pointwise normalization, one kernel with its producer on both devices)
+REDUCTION_OPS = frozenset(["sum", "layer_norm"])
 #: views whose backward writes the piece's gradient into the base's gradient (slice_backward/select_backward)
 SLICING_VIEWS = frozenset(["Narrow", "Select"])
 #: execution modes: what ``launch_us`` is the cost of
@@ -80,6 +97,8 @@ class GPUCostModel:
             AccumulateGrad's layout copies of parameter gradients run there, CUDA graphs or not.
         execution: ``"launch"`` (no CUDA graphs) or ``"cudagraph"``: what ``launch_us`` measures.
         training: price the backward of graphs that will be differentiated (False: forward only).
+        fusion: credit Inductor's fusion of pointwise chains and of a reduction after them (module doc;
+            False: every op is a kernel of its own, the model before issue 15).
     """
 
     launch_us: float = 23.3
@@ -89,6 +108,7 @@ class GPUCostModel:
     eager_launch_us: float = 13.9
     execution: str = "launch"
     training: bool = True
+    fusion: bool = True
 
     def __post_init__(self) -> None:
         if self.execution not in EXECUTIONS:
@@ -151,6 +171,26 @@ class GPUCostModel:
             return self.launch_us + 2 * out_b / self.bytes_per_us
         return self.launch_us + (out_b + in_b) / self.bytes_per_us
 
+    def fused_cost(self, out_numel: int | None, other_in_numels: list[int | None]) -> float:
+        """Forward cost in microseconds of a pointwise or reduction e-node that Inductor computes inside the
+        kernel of its fused input (module doc, "fusion credit"): no launch; it writes its output and reads
+        ``other_in_numels`` (its inputs other than the fused one)."""
+        n = (out_numel or 0) + sum((k or 0) for k in other_in_numels)
+        return n * self.itemsize / self.bytes_per_us
+
+    def fused_backward_cost(self, out_numel: int | None, grad_in_numels: list[int | None]) -> float:
+        """Cost in microseconds of the backward of a fused e-node (:meth:`fused_cost`): the backward of a
+        pointwise chain is a pointwise chain Inductor fuses again, so no launch, except one reduction kernel
+        per input that requires grad and is broadcast (fewer elements than the output: a bias, a weight
+        row), whose gradient sums over the broadcast dims. Bytes: the output's gradient read and each
+        input's gradient written."""
+        cost = 0.0
+        for n in grad_in_numels:
+            if (n or 0) < (out_numel or 0):
+                cost += self.launch_us
+            cost += ((out_numel or 0) + (n or 0)) * self.itemsize / self.bytes_per_us
+        return cost
+
     def backward_cost(self, op: str, out_numel: int | None, in_numels: list[int | None], grad_inputs: int,
                       opaque: bool) -> float:
         """Cost in microseconds of the backward of one e-node whose output requires grad.
@@ -187,6 +227,16 @@ class GPUCostModel:
         writing ``numel`` elements. It happens when the gradient arrives with other strides than the
         parameter (``obeys_layout_contract`` fails: torch/csrc/autograd/functions/accumulate_grad.h)."""
         return self.eager_launch_us + 2 * (numel or 0) * self.itemsize / self.bytes_per_us
+
+
+def fusion_kind(name: str | None) -> str | None:
+    """``"pointwise"``, ``"reduction"`` or None (a kernel of its own: extern GEMMs, embeddings, copies, ops
+    not listed) for an op's vocabulary name (:data:`POINTWISE_OPS`, :data:`REDUCTION_OPS`)."""
+    if name in POINTWISE_OPS:
+        return "pointwise"
+    if name in REDUCTION_OPS:
+        return "reduction"
+    return None
 
 
 def numel(shape) -> int | None:

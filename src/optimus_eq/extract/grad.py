@@ -196,11 +196,13 @@ def grad_classes(view, info: GradientInfo) -> set:
     return grad
 
 
-def training_costs(view, info: GradientInfo, model, forced=frozenset()) -> dict:
+def training_costs(view, info: GradientInfo, model, forced=frozenset(), fused=None) -> dict:
     """E-node id -> cost (us) its backward adds: :meth:`GPUCostModel.backward_cost` for e-nodes whose
     value requires grad, plus :meth:`GPUCostModel.grad_copy_cost` per member for a ``Permute`` of a stack
     of parameters whose members get strided gradients (:func:`member_grad_is_strided`). Forced (opaque)
-    e-nodes add nothing: they are the same in every plan, and free forward too."""
+    e-nodes add nothing: they are the same in every plan, and free forward too. E-nodes in ``fused``
+    (:func:`optimus_eq.extract.fusion.fused_nodes`) pay :meth:`GPUCostModel.fused_backward_cost` instead of
+    ``backward_cost``: Inductor fuses the backward of a pointwise chain too."""
     grad = grad_classes(view, info)
     if not grad:
         return {}
@@ -220,8 +222,11 @@ def training_costs(view, info: GradientInfo, model, forced=frozenset()) -> dict:
             inputs = args_memo[a]
         else:
             inputs = node.children
-        extra = model.backward_cost(node.op, sizes.get(node.eclass), [sizes.get(c) for c in inputs],
-                                    sum(1 for c in inputs if c in grad), False)
+        if fused and nid in fused:
+            extra = model.fused_backward_cost(sizes.get(node.eclass), [sizes.get(c) for c in inputs if c in grad])
+        else:
+            extra = model.backward_cost(node.op, sizes.get(node.eclass), [sizes.get(c) for c in inputs],
+                                        sum(1 for c in inputs if c in grad), False)
         if node.op == "Permute" and node.children:
             stacked = _stacked_params(view, node.children[0], params)
             shape = view.shapes.get(node.children[0])

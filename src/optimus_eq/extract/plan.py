@@ -114,7 +114,7 @@ def find_cycle(view: EGraphView, roots: list, choice: dict) -> list | None:
 
 
 def input_cost(rows: dict, root_ids: list[int], opaque_keys, model: GPUCostModel | None = None,
-               gradients=None) -> float:
+               gradients=None, kinds: dict | None = None) -> float:
     """The cost model's estimate of the input graph: the DAG cost of the terms the translator inserted.
 
     ``rows`` are the translator's insertion rows (``optimus_bridge.translate.Translation.rows``: one relation
@@ -124,13 +124,36 @@ def input_cost(rows: dict, root_ids: list[int], opaque_keys, model: GPUCostModel
     each term reachable from the roots is paid once, like ``Extraction.dag_cost``. Two FX nodes computing
     the same value are two terms here (the input graph computes both), which the e-graph would merge.
     With ``gradients`` (:class:`optimus_eq.extract.grad.GradientInfo`) and a model that prices training,
-    the backward is added as :func:`optimus_eq.extract.grad.training_costs` adds it to e-nodes.
+    the backward is added as :func:`optimus_eq.extract.grad.training_costs` adds it to e-nodes. With
+    ``kinds`` (:func:`optimus_eq.extract.fusion.op_kinds`) and a model that credits fusion, a term is fused
+    by the rule of :func:`optimus_eq.extract.fusion.fused_nodes`, each term being its own e-class.
     """
     with no_gc():
-        return _input_cost(rows, root_ids, opaque_keys, model or GPUCostModel(), gradients)
+        return _input_cost(rows, root_ids, opaque_keys, model or GPUCostModel(), gradients, kinds)
 
 
-def _input_cost(rows: dict, root_ids: list[int], opaque_keys, model: GPUCostModel, gradients=None) -> float:
+def _fused_terms(terms: dict, keys: dict, kinds: dict, size: dict) -> dict:
+    """Term id -> its other input terms, for the input graph's terms that the fusion credit applies to."""
+    kind = {}
+    for tid, (op, _, _, opaque) in terms.items():
+        if opaque or tid not in keys:
+            continue
+        k = "pointwise" if op in ("Unary", "Binary") else kinds.get(keys[tid])
+        if k is not None:
+            kind[tid] = k
+    out = {}
+    for tid, k in kind.items():
+        kids = terms[tid][1]
+        for i, c in enumerate(kids):
+            if c in kind and ((k == "pointwise" and size.get(tid) is not None and size.get(c) == size.get(tid))
+                              or (k == "reduction" and kind[c] == "pointwise")):
+                out[tid] = kids[:i] + kids[i + 1:]
+                break
+    return out
+
+
+def _input_cost(rows: dict, root_ids: list[int], opaque_keys, model: GPUCostModel, gradients=None,
+                kinds: dict | None = None) -> float:
     shape_of_vec = {}
     for rel, table in rows.items():
         if rel.startswith("Vec") and rel.endswith("In"):
@@ -171,6 +194,12 @@ def _input_cost(rows: dict, root_ids: list[int], opaque_keys, model: GPUCostMode
         terms[tid] = ("Unary", [x], [size.get(x)], False)
     for tid, _, x, y in rows.get("BinaryIn", ()):
         terms[tid] = ("Binary", [x, y], [size.get(x), size.get(y)], False)
+    fused: dict = {}
+    if kinds is not None and getattr(model, "fusion", False):
+        keys = {tid: k for tid, k, _ in rows.get("ApplyIn", ())}
+        keys.update((tid, k) for tid, k, _ in rows.get("UnaryIn", ()))
+        keys.update((tid, k) for tid, k, _, _ in rows.get("BinaryIn", ()))
+        fused = _fused_terms(terms, keys, kinds, size)
     seen: set[int] = set()
     stack = [r for r in root_ids if r in terms]
     total = 0.0
@@ -181,6 +210,10 @@ def _input_cost(rows: dict, root_ids: list[int], opaque_keys, model: GPUCostMode
             continue
         seen.add(tid)
         op, kids, ins, opaque = terms[tid]
+        if tid in fused:
+            total += model.fused_cost(size.get(tid), [size.get(k) for k in fused[tid]])
+            stack.extend(k for k in kids if k in terms and k not in seen)
+            continue
         key = (op, size.get(tid), tuple(ins), opaque)
         cost = memo.get(key)
         if cost is None:
@@ -188,11 +221,11 @@ def _input_cost(rows: dict, root_ids: list[int], opaque_keys, model: GPUCostMode
         total += cost
         stack.extend(k for k in kids if k in terms and k not in seen)
     if gradients and getattr(model, "training", False):
-        total += _input_backward(rows, terms, seen, shapes, size, shape_of_vec, cat_dims, gradients, model)
+        total += _input_backward(rows, terms, seen, shapes, size, shape_of_vec, cat_dims, gradients, model, fused)
     return total
 
 
-def _input_backward(rows, terms, seen, shapes, size, shape_of_vec, cat_dims, gradients, model) -> float:
+def _input_backward(rows, terms, seen, shapes, size, shape_of_vec, cat_dims, gradients, model, fused) -> float:
     """The backward's cost of the input graph's terms (``seen``), priced as
     :func:`optimus_eq.extract.grad.training_costs` prices e-nodes."""
     perms = {row[0]: shape_of_vec.get(row[2]) for row in rows.get("PermuteIn", ())}
@@ -210,8 +243,11 @@ def _input_backward(rows, terms, seen, shapes, size, shape_of_vec, cat_dims, gra
         op, kids, _, opaque = terms[tid]
         if tid not in grad or opaque:
             continue
-        total += model.backward_cost(op, size.get(tid), [size.get(k) for k in kids],
-                                     sum(1 for k in kids if k in grad), False)
+        if tid in fused:
+            total += model.fused_backward_cost(size.get(tid), [size.get(k) for k in kids if k in grad])
+        else:
+            total += model.backward_cost(op, size.get(tid), [size.get(k) for k in kids],
+                                         sum(1 for k in kids if k in grad), False)
         if op == "Permute" and kids and terms.get(kids[0], ("",))[0] == "Cat" and len(cat_dims[kids[0]]) == 1:
             members = [unsq.get(e) for e in terms[kids[0]][1]]
             dim = next(iter(cat_dims[kids[0]]))

@@ -10,6 +10,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from optimus_eq.cost import GPUCostModel, numel
+from optimus_eq.extract.fusion import fused_nodes
 from optimus_eq.extract.grad import training_costs
 from optimus_eq.terms import CONSTRUCTORS
 
@@ -78,6 +79,10 @@ class EGraphView:
             e-class underivable.
         gradients: a :class:`optimus_eq.extract.grad.GradientInfo` when the graph will be differentiated
             (set by the caller); :meth:`assign_costs` then adds the backward's costs.
+        op_kinds: op key id -> ``"pointwise"`` / ``"reduction"`` (:func:`optimus_eq.extract.fusion.op_kinds`
+            of the translation's recipes; set by the caller): with a model that credits fusion,
+            :meth:`assign_costs` prices the e-nodes Inductor computes inside another kernel without a launch
+            (:mod:`optimus_eq.extract.fusion`). None: no credit.
     """
 
     nodes: dict = field(default_factory=dict)
@@ -87,6 +92,7 @@ class EGraphView:
     inconsistent: list[str] = field(default_factory=list)
     self_loops: dict = field(default_factory=dict)
     gradients: object = None
+    op_kinds: dict | None = None
 
     def _add(self, nid, op: str, eclass, children: list, literals: list) -> None:
         if eclass in children:  # self loop: never part of an acyclic plan
@@ -235,7 +241,9 @@ class EGraphView:
 
     def assign_costs(self, model: GPUCostModel, forced: set) -> None:
         """Set every e-node's ``cost``: its forward cost, plus its backward's (:mod:`optimus_eq.extract.grad`)
-        when ``gradients`` is set and the model prices training."""
+        when ``gradients`` is set and the model prices training; e-nodes Inductor fuses into another op's
+        kernel (:mod:`optimus_eq.extract.fusion`, when ``op_kinds`` is set and the model's ``fusion``) pay
+        :meth:`GPUCostModel.fused_cost` instead (and ``fused_backward_cost``)."""
         by_shape: dict = {}  # shape -> numel: a few hundred distinct shapes among 10^5 classes
         sizes: dict = {}
         for c, s in self.shapes.items():
@@ -251,6 +259,12 @@ class EGraphView:
             if cost is None:
                 cost = memo[key] = model.node_cost(key[0], key[1], list(key[2]), key[3])
             node.cost = cost
+        fused: dict = {}
+        if self.op_kinds is not None and getattr(model, "fusion", False):
+            fused = fused_nodes(self, self.op_kinds, sizes, forced)
+            for nid, (_, others) in fused.items():
+                node = self.nodes[nid]
+                node.cost = model.fused_cost(sizes.get(node.eclass), [sizes.get(c) for c in others])
         if self.gradients and getattr(model, "training", False):
-            for nid, extra in training_costs(self, self.gradients, model, forced).items():
+            for nid, extra in training_costs(self, self.gradients, model, forced, fused).items():
                 self.nodes[nid].cost += extra

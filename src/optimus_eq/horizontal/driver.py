@@ -20,6 +20,17 @@ from optimus_eq.horizontal.rows import IdAlloc, RowWriter
 #: (group_batch_fusion.py: MIN_FUSE_SET_SIZE 5, MAX_FUSE_SET_SIZE 300, MAX_FUSE_SEARCH_DEPTH 5), so a user's
 #: pre_grad_fusion_options mean the same here. Smaller groups: ``{"min_fuse_set_size": 2}``.
 DEFAULT_OPTIONS = {"min_fuse_set_size": 5, "max_fuse_set_size": 300, "max_fuse_search_depth": 5}
+#: A non-destructive round (eqsat, tensat) adds groups from this many members when neither the pattern nor
+#: the caller sets ``min_fuse_set_size``: the group is one more alternative and extraction decides with the
+#: cost model whether it pays (issue 15, item 2: "batch or leave it" decided by cost, not by upstream's
+#: fixed minimum, which a destructive order needs because it commits blindly). DLRM's MLPs have groups of
+#: 2-4 equal linears and relus; batched, the predicted CUDA kernels drop 54 -> 48 (inference) and
+#: 168 -> 147 (training step), bench/cuda_meta.py.
+COST_DECIDED_MIN_FUSE_SET_SIZE = 2
+#: ... and up to this many members when neither sets ``max_fuse_set_size`` (upstream's 300 cuts the
+#: launch-bound model's 512 branches into groups of 300 and 212: two GEMMs and two layer-norm kernels per
+#: layer where one does; H200, greedy, 11 kernels in inference, bench/results/h200_2026-12-02).
+COST_DECIDED_MAX_FUSE_SET_SIZE = 4096
 
 #: Per-pattern options the built-in accepts (group_batch_fusion.py) that are taken and not read here:
 #: ``require_fbgemm`` (the built-in's dependency, none here), ``fuse_nodes_with_same_parent`` /
@@ -162,6 +173,12 @@ def fuse_round(egraph, patterns: Sequence, ctx: HorizontalContext, destructive: 
     for p in patterns:
         opts = pattern_options(p, ctx.options)
         flags = {f: getattr(p, f, False) for f in ("any_strides", "wants_options", "shared_input")}
+        if alternatives:
+            given = set(p.options or {}) | set(ctx.options.get(p.name) or {})
+            if "min_fuse_set_size" not in given:
+                opts["min_fuse_set_size"] = min(opts["min_fuse_set_size"], COST_DECIDED_MIN_FUSE_SET_SIZE)
+            if "max_fuse_set_size" not in given:
+                opts["max_fuse_set_size"] = max(opts["max_fuse_set_size"], COST_DECIDED_MAX_FUSE_SET_SIZE)
         for members in plan.groups(p.group_key, opts, fused, **flags):
             if alternatives and not plan.worth_adding(members):
                 continue
