@@ -142,11 +142,11 @@ CASES = [
     Case("unbind_stack_to_slices/other_dim", "stacked along the unbind dim: no permute", _x((2, 3, 4)),
          "(Unsqueeze (Select x 1 1 3) 1)", "(Unsqueeze (Select (Permute x (vec-of 0 1 2)) 1 1 3) 1)", fires=False),
     # -- split_stack_to_cats_pass ------------------------------------------------------------------------
-    Case("split_stack_to_cats/rank2_dim1", "x[:, 2:4].unsqueeze(1) == x.view(4, 3, 2)[:, 1:2]", _x((4, 6)),
+    Case("split_stack_to_cats/dim1", "x[:, 2:4].unsqueeze(1) == x.view(4, 3, 2)[:, 1:2]", _x((4, 6)),
          "(Unsqueeze (Narrow x 1 2 2 6) 1)", "(Narrow (Reshape x (vec-of 4 3 2)) 1 1 1 3)"),
-    Case("split_stack_to_cats/rank2_dim1", "a piece off the grid of equal pieces is left alone", _x((4, 6)),
+    Case("split_stack_to_cats/dim1", "a piece off the grid of equal pieces is left alone", _x((4, 6)),
          "(Unsqueeze (Narrow x 1 1 2 6) 1)", "(Narrow (Reshape x (vec-of 4 3 2)) 1 0 1 3)", fires=False),
-    Case("split_stack_to_cats/rank2_dim1_other", "x[:, 2:4].unsqueeze(0) == x.view(4, 3, 2).movedim(1, 0)[1:2]",
+    Case("split_stack_to_cats/dim1_other", "x[:, 2:4].unsqueeze(0) == x.view(4, 3, 2).movedim(1, 0)[1:2]",
          _x((4, 6)), "(Unsqueeze (Narrow x 1 2 2 6) 0)",
          "(Narrow (Permute (Reshape x (vec-of 4 3 2)) (vec-of 1 0 2)) 0 1 1 3)"),
     # -- unbind_cat_to_view_pass -------------------------------------------------------------------------

@@ -16,7 +16,7 @@ cost(e-node) = kernels * launch_us + bytes / bytes_per_us   (microseconds)
   of the same element count for a pointwise reader) launches nothing: it pays its output's bytes and the
   bytes of its other inputs (:meth:`GPUCostModel.fused_cost`). Each chain still pays one launch, at its first
   op. So ``(x * w).sum(-1) + b`` after the kernel that computed ``x`` costs no launch where an ``addmm``
-  costs one (decompose_gemv_pass, the launch-bound model's head). Not credited: cats (a pointwise cat of
+  costs one (the decomposed one-output linear, the launch-bound model's head). Not credited: cats (a pointwise cat of
   at most 8 inputs fuses on CUDA too), ops reading views of a kernel's output, and the choice between
   inlining a producer into several readers and realizing it;
 * opaque terms are forced into every plan, so their cost does not matter (0).
