@@ -62,7 +62,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from optimus_eq.horizontal.recipes import bound_call, prod_sizes, slot
+from optimus_eq.horizontal.recipes import bound_call, prod_sizes, slot, union_row_blocks
 from optimus_eq.horizontal.recipes import recipe as _recipe
 from optimus_eq.horizontal.recipes import slots as _slots
 from optimus_eq.registry import HorizontalPattern
@@ -364,14 +364,7 @@ def build_embedding(w, members) -> None:
         for i, m in enumerate(members):
             w.union(m, w.select(R, 0, i, len(members), shape))
         return
-    start = 0
-    for m, c in zip(members, counts):
-        shape = tuple(m.in_shapes[x]) + (dim,)
-        y = w.narrow(Y, 0, start, c, total, (c, dim))
-        if shape != (c, dim):
-            y = w.reshape(y, shape)
-        w.union(m, y)
-        start += c
+    union_row_blocks(w, Y, members, [tuple(m.in_shapes[x]) + (dim,) for m in members], counts, total, dim)
 
 
 batch_embedding_bag = HorizontalPattern(

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from optimus_eq.horizontal.recipes import recipe, slots
+from optimus_eq.horizontal.recipes import recipe, slots, union_row_blocks
 from optimus_eq.registry import HorizontalPattern
 from optimus_eq.symbolic import is_static
 
@@ -117,15 +117,8 @@ def build_aten_embedding(w, members) -> None:
     ids, total = _shifted_ids(w, members, 1, starts, t_x)
     key = w.key("aten.embedding", recipe("embedding", aten.embedding.default, slots(2)), ((t_w, t_x), t_out))
     Y = w.apply(key, [W, ids], (total, dim))
-    start = 0
-    for m in members:
-        shape = tuple(m.shape)
-        c = _numel(shape[:-1])
-        y = w.narrow(Y, 0, start, c, total, (c, dim))
-        if shape != (c, dim):
-            y = w.reshape(y, shape)
-        w.union(m, y)
-        start += c
+    shapes = [tuple(m.shape) for m in members]
+    union_row_blocks(w, Y, members, shapes, [_numel(s[:-1]) for s in shapes], total, dim)
 
 
 batch_aten_embedding = HorizontalPattern(

@@ -108,3 +108,16 @@ def expand_symbolic(w, h: int, shape, t, aten_ir: bool = False) -> int:
 def sym_sizes(shape) -> tuple:
     """Recipe arguments for an e-graph shape: ints, and ``SymSize`` markers for symbolic tokens."""
     return tuple(SymSize(s) if s < 0 else s for s in shape)
+
+
+def union_row_blocks(w, Y: int, members, shapes, counts, total, dim) -> None:
+    """Each member equals its block of rows of the fused lookup ``Y`` [total, dim], in member order: rows
+    ``start_i : start_i + counts[i]``, viewed as ``shapes[i]`` (the member's output shape, ``[..., dim]``) where
+    that is not ``(counts[i], dim)``. Used by the batched embedding lookups (pre- and post-grad)."""
+    start = 0
+    for m, shape, c in zip(members, shapes, counts):
+        y = w.narrow(Y, 0, start, c, total, (c, dim))
+        if shape != (c, dim):
+            y = w.reshape(y, shape)
+        w.union(m, y)
+        start += c
