@@ -41,14 +41,18 @@ def test_linears_batched_inside_autocast(strategy):
 
 
 def test_pointwise_batched_inside_no_grad(strategy):
-    """Six tanh inside ``no_grad`` become one; the result still needs no grad where eager's does not."""
+    """Six tanh inside ``no_grad`` make one group (greedy: one tanh; eqsat offers it and its cost model decides:
+    Inductor fuses each mul -> tanh chain into the cat's kernel anyway); the result still needs no grad where
+    eager's does not."""
     def f(x, y):
         with torch.no_grad():
             t = [torch.tanh(x[:, i] * y) for i in range(N)]
         return torch.cat(t, 1), x * 2
 
     got = check(f, [rand(4, N, 8), rand(4, 8)], strategy)
-    assert got.report.ops_after.get("tanh", 0) == 1
+    assert got.report.rule_matches.get("batch_tanh", 0) == 1
+    if strategy == "greedy":
+        assert got.report.ops_after.get("tanh", 0) == 1
 
 
 def test_never_batched_across_a_region_boundary(strategy):
