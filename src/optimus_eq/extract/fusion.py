@@ -36,7 +36,7 @@ def op_kinds(recipes: dict) -> dict:
     return out
 
 
-def _kind(node, kinds: dict, forced) -> str | None:
+def _kind(node, kinds: dict) -> str | None:
     if node.op in _ELEMENTWISE:
         return kinds.get(node.literals[0], "pointwise") if node.literals else "pointwise"
     if node.op == "Apply" and node.literals:
@@ -67,7 +67,7 @@ def fused_nodes(view, kinds: dict, sizes: dict, forced=frozenset()) -> dict:
     credits with fusion (module doc). ``kinds``: :func:`op_kinds`; ``sizes``: e-class -> element count."""
     node_kind = {}
     for nid, node in view.nodes.items():
-        k = None if nid in forced else _kind(node, kinds, forced)
+        k = None if nid in forced else _kind(node, kinds)
         if k is not None:
             node_kind[nid] = k
     class_kind: dict = {}  # e-class -> "pointwise" (all pointwise) / "reduction" (some reduction) / None
