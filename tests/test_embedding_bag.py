@@ -491,3 +491,29 @@ def test_gradient_check_script_judges_like_the_oracle():
     worst = judge(dropped, eager, ref)[0]
     assert worst[1] == "w" and worst[0] > 1
     assert judge({"w": eager["w"], "b": None}, eager, ref)[0][:2] == (float("inf"), "b")
+
+
+def test_grad_check_reordered_eager_is_the_same_math():
+    """bench/embedding_grad_check.py's re-ordered eager runs: each permutation of the cross net's width axis
+    reproduces the float64 gradients (checked inside, in float64), its float32 gradients are eager's up to
+    rounding, and the envelope widens the bound only by what the re-ordered runs actually differ."""
+    import copy
+
+    from embedding_grad_check import _step, judge, reordered_eager
+    from optimus_bench.models import build
+
+    case = build("dlrm", "cpu", seed=1, overrides={"features": 5, "rows": 20, "batch": 8, "dim": 4})
+    dense, sparse = case.inputs
+    loss64 = lambda out, y: torch.nn.functional.binary_cross_entropy_with_logits(out.reshape(y.shape), y)  # noqa: E731
+    _, ref = _step(copy.deepcopy(case.model).double(), dense.double(), sparse, case.labels.double(), loss64)
+    _, eager = _step(copy.deepcopy(case.model), dense, sparse, case.labels, case.loss_fn)
+    runs = reordered_eager(case.model, dense, sparse, case.labels, case.loss_fn, 2, 0, ref, loss64)
+    assert len(runs) == 2
+    for run in runs:
+        for name, g in eager.items():
+            torch.testing.assert_close(run[name], g, rtol=1e-4, atol=1e-6)
+    # a gradient with a dropped term stays outside even against the envelope
+    name = "cross.v.0.0.weight"
+    wrong = dict(eager, **{name: eager[name] * 0.9})
+    worst = judge(wrong, eager, ref, others=runs)[0]
+    assert worst[1] == name and worst[0] > 1
