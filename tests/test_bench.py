@@ -108,6 +108,7 @@ def test_strategy_names_are_data():
         assert name in table
     assert table["eqsat-cudagraphs"].mode == "reduce-overhead" and table["eqsat-cudagraphs"].cudagraphs
     assert table["eqsat"].optimus_strategy == "eqsat" and not table["eqsat"].cudagraphs
+    assert table["inductor-combo"].inductor_options == {"combo_kernels": True}  # Inductor's own horizontal fusion
     for name in [s for s in optimus_eq.STRATEGIES if s != "none"]:  # taso, ... are bench strategies too
         assert table[name].optimus_strategy == name and f"{name}-cudagraphs" in table
     with pytest.raises(ValueError, match="unknown strategy 'fast'"):

@@ -105,6 +105,8 @@ def available() -> dict[str, Strategy]:
         Strategy("inductor", "inductor", "torch.compile (Inductor, default mode)"),
         Strategy("inductor-cudagraphs", "inductor", 'torch.compile(mode="reduce-overhead"): Inductor + CUDA graphs',
                  mode=CUDAGRAPHS_MODE),
+        Strategy("inductor-combo", "inductor", "Inductor with combo_kernels=True (its own horizontal fusion of "
+                 "independent kernels into one launch)", inductor_options={"combo_kernels": True}),
         Strategy("inductor-optimus", "inductor",
                  f"Inductor with every built-in Optimus pass on ({len(pre)} pre-grad, {len(post)} post-grad options)",
                  inductor_options={"pre_grad_fusion_options": pre, "post_grad_fusion_options": post}),
