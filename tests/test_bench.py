@@ -387,3 +387,15 @@ def test_progress_is_plain_lines_off_a_terminal(capsys):
     bar.close()
     assert capsys.readouterr().out == "[1/3] wukong/inference/eqsat\n"   # no carriage returns, one line per cell
     assert type(runner._progress(3, True, stream=Tty())).__module__.startswith("tqdm")
+
+
+def test_prewarm_runs_each_cell_in_its_own_process_and_records_failures(tmp_path):
+    """--prewarm: one process per cell with the shared cache in its environment; a cell whose process fails
+    (here an unknown model: the CLI's exit code 2) is listed, not raised, and its log kept."""
+    from optimus_bench import runner
+
+    got = runner.prewarm(["no_such_model"], ["greedy"], ["inference"], "cpu", 2, tmp_path / "cache", [],
+                         tmp_path / "logs")
+    assert got["failed"] == ["no_such_model-inference-greedy"] and got["jobs"] == 2
+    assert got["cache_dir"] == str((tmp_path / "cache").resolve())
+    assert "no_such_model" in (tmp_path / "logs" / "no_such_model-inference-greedy.log").read_text()

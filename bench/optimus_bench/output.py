@@ -183,6 +183,10 @@ def markdown(results: dict[str, Any]) -> str:
     out.append(f"- sizes: `{cfg['size']}` presets, dtype {cfg['dtype']}, {cfg['iters']} timed iterations after "
                f"{cfg['warmup']} warm-up; Inductor cache: {_CACHE_TEXT.get(cfg.get('cache'), cfg.get('cache'))}"
                + (f"; overrides {cfg['overrides']}" if cfg.get("overrides") else ""))
+    if env.get("prewarm"):
+        pw = env["prewarm"]
+        out.append(f"- cache prefilled by `--prewarm {pw['jobs']}` ({pw['seconds']:.0f} s, every cell compiled once in "
+                   f"parallel; failed: {', '.join(pw['failed']) or 'none'}): compile times below are warm-cache times")
     if env.get("elapsed_s") is not None:
         out.append(f"- whole run: {env['elapsed_s']:.0f} s")
     out += ["", "Strategies:", ""]

@@ -119,7 +119,7 @@ def run_matrix(models: list[str], strategies: list[str], modes: list[str], devic
                cache: str = "cold", overrides: dict[str, dict] | None = None, seed: int = 0,
                time_budget_s: float | None = None, plots: bool = True, progress: bool = True,
                warm_up: bool = True, argv: list[str] | None = None,
-               cost_model: str | None = None) -> dict[str, Any]:
+               cost_model: str | None = None, prewarmed: dict | None = None) -> dict[str, Any]:
     """Run the matrix and write ``results.json``, ``results.md`` and the plots under ``out_dir``.
 
     Args:
@@ -138,6 +138,8 @@ def run_matrix(models: list[str], strategies: list[str], modes: list[str], devic
             (``GPUCostModel.from_calibration``; the ``-cudagraphs`` strategies get its CUDA-graph model when
             the record has ``launch_us_cudagraph``); default: the built-in constants, and for the
             ``-cudagraphs`` strategies the backend's CUDA-graph model.
+        prewarmed: what :func:`prewarm` returned, when the cache was filled by it (recorded in the
+            environment; compile times are then warm-cache times).
 
     Returns the results dict (``environment``, ``config``, ``cells``; see ``bench/README.md``).
 
@@ -185,6 +187,8 @@ def run_matrix(models: list[str], strategies: list[str], modes: list[str], devic
         "models": {},
         "cells": [],
     }
+    if prewarmed is not None:
+        results["environment"]["prewarm"] = prewarmed
     bar = _progress(len(models) * len(modes) * len(chosen), progress)
     say: Callable[[str], None] = bar.write
 
@@ -242,6 +246,50 @@ def run_matrix(models: list[str], strategies: list[str], modes: list[str], devic
     bar.close()
     output.write_all(results, out_dir, plots=plots)
     return results
+
+
+def prewarm(models: list[str], strategies: list[str], modes: list[str], device: str, jobs: int, cache_dir: str | Path,
+            cell_args: list[str], log_dir: str | Path) -> dict[str, Any]:
+    """Compile every (model, mode, strategy) cell once, ``jobs`` at a time, into one Inductor/Triton cache.
+
+    Each cell runs in its own process (``optimus-eq bench`` for that one cell, one iteration, no timing
+    kept) with ``TORCHINDUCTOR_CACHE_DIR=cache_dir`` and ``TRITON_CACHE_DIR=cache_dir/triton``. A timed run
+    afterwards with the same variables and ``cache="warm"`` then finds every kernel compiled (the FX graph
+    cache and the autotuning results keyed by the graph our strategies hand to Inductor), so a matrix whose
+    cells are compile-bound runs in a fraction of its serial time on a host with many cores: the compiles
+    run in parallel, the timed iterations stay serial. Compile times of the timed run are then warm-cache
+    times (the report says so); measure compile time without ``--prewarm``.
+
+    Args:
+        jobs: processes at once (the H200 host has 16 cores; each Inductor compile also starts its own
+            compile workers).
+        cell_args: the size, dtype, ``--set`` and ``--cost-model`` arguments every cell takes.
+        log_dir: one log per cell (``<model>-<mode>-<strategy>.log``) and its results folder.
+
+    Returns ``{"jobs", "cache_dir", "seconds", "failed": [cell names]}``; a failed cell is recorded, not
+    raised (the timed run records its error again).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    cache_dir, log_dir = Path(cache_dir).resolve(), Path(log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache_dir), "TRITON_CACHE_DIR": str(cache_dir / "triton")}
+    cells = [(m, mode, s) for m in models for mode in modes for s in strategies]
+
+    def one(cell: tuple[str, str, str]) -> tuple[str, int]:
+        name = "-".join(cell)
+        cmd = [sys.executable, "-m", "optimus_eq.cli", "bench", "--models", cell[0], "--modes", cell[1],
+               "--strategies", cell[2], "--device", device, "--iters", "1", "--warmup", "0", "--cache", "warm",
+               "--no-plots", "--no-progress", "--out", str(log_dir / name), *cell_args]
+        with open(log_dir / f"{name}.log", "w") as log:
+            rc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+        return name, rc
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        done = list(pool.map(one, cells))
+    return {"jobs": jobs, "cache_dir": str(cache_dir), "seconds": round(time.perf_counter() - started, 1),
+            "failed": [name for name, rc in done if rc not in (0, 1)]}
 
 
 def merge(paths: list[str | Path], out_dir: str | Path, plots: bool = True) -> dict[str, Any]:

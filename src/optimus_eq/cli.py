@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import sys
 from collections.abc import Sequence
 
@@ -120,11 +121,24 @@ def cmd_bench(args: argparse.Namespace) -> int:
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
     try:
         overrides = runner.parse_overrides(args.set)
+        prewarmed, cache = None, args.cache or ("row" if device == "cuda" else "cold")
+        if args.prewarm:
+            cell_args = [a for k, v in (("--size", args.size), ("--dtype", args.dtype), ("--cost-model", args.cost_model))
+                         if v for a in (k, v)] + [a for kv in (args.set or []) for a in ("--set", kv)]
+            cache_dir = os.path.join(args.out, "prewarm", "cache")
+            print(f"prewarm: compiling {len(models) * len(modes) * len(strategies)} cells, {args.prewarm} at a time, "
+                  f"into {cache_dir} ...", flush=True)
+            prewarmed = runner.prewarm(models, strategies, modes, device, args.prewarm, cache_dir, cell_args,
+                                       os.path.join(args.out, "prewarm"))
+            print(f"prewarm: {prewarmed['seconds']} s; failed cells: {prewarmed['failed'] or 'none'}", flush=True)
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = prewarmed["cache_dir"]
+            os.environ["TRITON_CACHE_DIR"] = os.path.join(prewarmed["cache_dir"], "triton")
+            cache = "warm"
         results = runner.run_matrix(
             models, strategies, modes, device, args.out, size=args.size, dtype=dtype, iters=args.iters,
-            warmup=args.warmup, cache=args.cache or ("row" if device == "cuda" else "cold"), overrides=overrides,
+            warmup=args.warmup, cache=cache, overrides=overrides,
             time_budget_s=args.time_budget, plots=not args.no_plots, progress=not args.no_progress,
-            argv=sys.argv[1:], cost_model=args.cost_model)
+            argv=sys.argv[1:], cost_model=args.cost_model, prewarmed=prewarmed)
     except (ValueError, RuntimeError) as exc:
         print(f"optimus-eq bench: {exc}", file=sys.stderr)
         return 2
@@ -391,6 +405,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "--out, with the table and plots; runs nothing")
     bench.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                        help="start no new cell after this many seconds; the rest is recorded as not run")
+    bench.add_argument("--prewarm", type=int, default=0, metavar="JOBS",
+                       help="first compile every cell once, JOBS processes at a time, into one Inductor cache under "
+                       "OUT/prewarm; the timed run then reads that cache (compile-bound matrices in a fraction of the "
+                       "time on a many-core host; compile times are then warm-cache times)")
     bench.add_argument("--cost-model", default=None, metavar="JSON",
                        help="our strategies use the cost-model constants of this calibration record "
                        "(optimus-eq calibrate); default: the built-in ones")
