@@ -41,11 +41,22 @@ class KernelPrediction:
         return KernelPrediction(self.fused + other.fused, self.extern + other.extern, self.groups + other.groups)
 
 
-@functools.lru_cache(maxsize=1)
+#: Whether to model buffer-overlap scoring: ``None`` reads the installed Inductor (:func:`_buffer_overlap_scoring`);
+#: ``False`` models an Inductor without it (predicting the H200's torch 2.11 on a machine with torch 2.13)
+OVERLAP_SCORING: bool | None = None
+
+
 def _buffer_overlap_scoring() -> bool:
-    """Whether the installed Inductor scores readers of different views of one buffer as sharing memory
+    """Whether Inductor scores readers of different views of one buffer as sharing memory
     (``Scheduler._can_use_buffer_overlap_scoring``, torch 2.13 has it): without it (the H200's torch 2.11
     ran DHEN's q, k and v slices of one projection as three kernels) such readers do not fuse."""
+    if OVERLAP_SCORING is not None:
+        return OVERLAP_SCORING
+    return _installed_overlap_scoring()
+
+
+@functools.lru_cache(maxsize=1)
+def _installed_overlap_scoring() -> bool:
     from torch._inductor.scheduler import Scheduler
 
     return hasattr(Scheduler, "_can_use_buffer_overlap_scoring")
@@ -198,7 +209,8 @@ def fuse_kernels(sched: list[SchedNode], deps: list[set[int]], cpu: bool, extern
         if not fusable[s.id]:
             continue
         for b, v in s.reads:
-            val = node_val(v) if isinstance(v, torch.fx.Node) else None
+            outer = v[-1] if isinstance(v, tuple) else v  # (inner view, slice of an inlined node)
+            val = node_val(outer) if isinstance(outer, torch.fx.Node) else None
             if numel_of(val) * itemsize_of(val) >= SCORE_FUSION_MEMORY_THRESHOLD:
                 exact.setdefault((b, v), []).append(s.id)
                 if _buffer_overlap_scoring():
