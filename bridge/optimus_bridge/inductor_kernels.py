@@ -36,9 +36,12 @@ default config and is not modelled. What is approximated: loop groups are compar
 by their ranges and index expressions (a transposed read that blocks a fusion is not seen). **Split
 reductions** (CUDA): a reduction with few outputs and many elements each is two kernels
 (:func:`split_reduction`, the H200's figures); the second stage is counted as a kernel of its own.
-**Split-K GEMMs** (CUDA): cuBLAS adds a reduction kernel to some GEMMs whose contraction dim is long
-(:func:`split_k_gemm`, a fit to the H200's kernel lists); ``baddbmm`` and an ``addmm`` without cuBLASLt's
-bias epilogue copy their bias into the output first, one kernel more (:func:`bias_copied`).
+**Split-K GEMMs** (CUDA): cuBLAS runs some ``mm`` with a long contraction dim and few output tiles as two
+GPU activities (:func:`split_k_gemm`, a fit to the H200's per-call kernel lists); ``baddbmm`` and an ``addmm``
+without cuBLASLt's bias epilogue copy their bias into the output first, one more (:func:`bias_copied`); a few
+ATen ops launch many kernels (:func:`extern_gpu_kernels`: the embedding-bag gradient's radix sort). A
+pointwise node stored transposed does not fuse with a reduction on CUDA (``inductor_fusion``). Graphs traced
+on CPU and predicted for CUDA get Inductor's CUDA-only pattern passes (:func:`_cuda_passes`).
 
 :func:`predict` gives a :class:`KernelPrediction` per graph; :func:`predict_module` traces a Torch-IR
 graph and sums its forward and, when training, backward graphs.
