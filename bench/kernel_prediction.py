@@ -12,6 +12,9 @@ optimizer step, AccumulateGrad copies), predicted by :func:`outside_kernels`.
         [--models dhen ...] [--modes inference train] [--strategies inductor none greedy eqsat]
 
 Writes ``DIR/results.json`` after every cell and ``DIR/results.md`` (the error table) at the end.
+``--phase predict --device cuda`` on a machine without CUDA re-predicts rows measured on a GPU (the model
+traced on CPU, CUDA rules; ``--overlap-scoring off`` for rows measured with torch 2.11, see
+:func:`predict_cells`); bench/results/kernel_prediction_h200_2026-12-02/README.md has the command.
 """
 
 from __future__ import annotations
