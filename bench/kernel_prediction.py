@@ -12,6 +12,9 @@ optimizer step, AccumulateGrad copies), predicted by :func:`outside_kernels`.
         [--models dhen ...] [--modes inference train] [--strategies inductor none greedy eqsat]
 
 Writes ``DIR/results.json`` after every cell and ``DIR/results.md`` (the error table) at the end.
+``--phase predict --device cuda`` on a machine without CUDA re-predicts rows measured on a GPU (the model
+traced on CPU, CUDA rules; ``--overlap-scoring off`` for rows measured with torch 2.11, see
+:func:`predict_cells`); bench/results/kernel_prediction_h200_2026-12-02/README.md has the command.
 """
 
 from __future__ import annotations
@@ -169,9 +172,21 @@ def measure_cells(models, modes, strategies, device, size, out: Path, rows: list
 
 def predict_cells(rows: list[dict], device: str, size: str) -> list[dict]:
     """Predict every measured cell: trace it with the strategy's backend, Inductor's ``compile_fx``
-    replaced by a recorder (no kernel compiled), and predict each recorded graph."""
+    replaced by a recorder (no kernel compiled), and predict each recorded graph.
+
+    ``device="cuda"`` on a machine without CUDA is emulated: the model is built and traced on CPU (the
+    graphs' ops, shapes and strides are the CUDA trace's except where a pass reads the device: ours,
+    ``decompose_gemv_pass``, is told to accept CPU as :mod:`cuda_meta` does) and predicted with the CUDA
+    rules, so the GPU's measured rows can be re-predicted on the development machine."""
     import torch._inductor.compile_fx as cfx
 
+    emulate = device == "cuda" and not torch.cuda.is_available()
+    build_device = "cpu" if emulate else device
+    optimus_options = None
+    if emulate:
+        from cuda_meta import _cpu_gemv_registry
+
+        optimus_options = {"registry": _cpu_gemv_registry()}
     captured: list = []
     real, recording = _recorder(captured, False)
     cfx.compile_fx = recording
@@ -180,7 +195,7 @@ def predict_cells(rows: list[dict], device: str, size: str) -> list[dict]:
         for row in rows:
             model, mode = row["model"], row["mode"]
             if (model, mode) not in cases:
-                cases = {(model, mode): build(model, size, device=device)}
+                cases = {(model, mode): build(model, size, device=build_device)}
             case = cases[(model, mode)]
             strat = resolve([row["strategy"]])[0]
             captured.clear()
@@ -188,7 +203,7 @@ def predict_cells(rows: list[dict], device: str, size: str) -> list[dict]:
             try:
                 torch._dynamo.reset()
                 module = measure._prepare(case, mode)
-                fn = strat.compile(module)
+                fn = strat.compile(module, optimus_options if strat.kind == "optimus_eq" else None)
                 step = measure._step_fn(module, fn, case, mode, False)
                 step()
                 pred = None
@@ -264,7 +279,15 @@ def main(argv=None) -> int:
                     help="measure: compile and count (kept in OUT/results.json, cells already there are skipped); "
                          "predict: predict the cells of OUT/results.json again (no Inductor compile)")
     ap.add_argument("--budget", type=float, default=None, help="seconds after which no new cell is measured")
+    ap.add_argument("--overlap-scoring", choices=["auto", "on", "off"], default="auto",
+                    help="model Inductor's buffer-overlap scoring (auto: as the installed Inductor has it; off: "
+                         "predicting rows measured with an Inductor without it, e.g. the H200's torch 2.11, on a "
+                         "machine with torch 2.13)")
     a = ap.parse_args(argv)
+    if a.overlap_scoring != "auto":
+        from optimus_bridge import inductor_fusion
+
+        inductor_fusion.OVERLAP_SCORING = a.overlap_scoring == "on"
     path = a.out / "results.json"
     rows = json.loads(path.read_text())["rows"] if path.exists() else []
     if a.phase in ("both", "measure"):

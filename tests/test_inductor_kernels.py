@@ -186,3 +186,74 @@ def test_fused_adam_launches_follow_multi_tensor_apply_limits():
     assert outside_kernels("train", "adam_fused", "cuda", params(512)) == 155
     assert multi_tensor_launches([65536 * 321], 4) == 2  # a tensor of 321 chunks spans two launches
     assert outside_kernels("inference", "adam_fused", "cuda", params(128)) == 0
+
+
+# -- CUDA rules read off the H200's per-call kernel lists (bench/results/kernel_prediction_h200_2026-12-02) -----
+
+def test_cuda_split_k_by_gemm_shape_not_for_bmm():
+    """cuBLAS splits K of a GEMM with few output tiles and a long K (two GPU activities), not of a batched
+    GEMM whose batch fills the device, nor of a GEMM with many output tiles (a short K)."""
+    assert _predict(torch.mm, torch.randn(2048, 2048), torch.randn(2048, 64), device="cuda").extern == 2
+    assert _predict(torch.mm, torch.randn(2048, 2048), torch.randn(2048, 64), device="cpu").extern == 1
+    assert _predict(torch.mm, torch.randn(2048, 64), torch.randn(64, 2048), device="cuda").extern == 1
+    assert _predict(torch.bmm, torch.randn(32, 64, 2048), torch.randn(32, 2048, 64), device="cuda").extern == 1
+    # the weight gradient grad.T @ x over a long batch: A transposed, one wave of tiles
+    assert _predict(lambda g, x: g.t() @ x, torch.randn(4096, 768), torch.randn(4096, 768), device="cuda").extern == 2
+
+
+def test_cuda_embedding_bag_backward_runs_its_radix_sort_kernels():
+    """The dense embedding-bag gradient on CUDA is one ATen call of 31 GPU activities for int64 indices
+    (CUB's radix sort, 8 passes with a memset each, plus the segment kernels), one call on CPU."""
+    bag = torch.nn.EmbeddingBag(1000, 16, mode="sum")
+    idx, off = torch.randint(0, 1000, (64,)), torch.arange(0, 64, 4)
+    cuda = _predict(lambda i, o: bag(i, o).sum(), idx, off, device="cuda", training=True)
+    cpu = _predict(lambda i, o: bag(i, o).sum(), idx, off, device="cpu", training=True)
+    assert cuda.extern - cpu.extern == 30
+
+
+def test_slices_of_an_inlined_node_fuse_only_under_buffer_overlap_scoring():
+    """q, k and v: three transposed slices of one projection plus its bias. Their memory reads differ (the
+    slice is in the index), so without buffer-overlap scoring (the H200's torch 2.11) they are three
+    kernels; with it (torch 2.13) one."""
+    from optimus_bridge import inductor_fusion
+
+    w, b = torch.randn(96, 32), torch.randn(96)
+
+    def qkv(x):
+        y = x @ w.t() + b
+        q, k, v = y.split(32, -1)
+        return q.t().contiguous(), k.t().contiguous(), v.t().contiguous()
+    old = inductor_fusion.OVERLAP_SCORING
+    try:
+        inductor_fusion.OVERLAP_SCORING = False
+        apart = _predict(qkv, torch.randn(64, 32), device="cuda")
+        inductor_fusion.OVERLAP_SCORING = True
+        together = _predict(qkv, torch.randn(64, 32), device="cuda")
+    finally:
+        inductor_fusion.OVERLAP_SCORING = old
+    assert (apart.fused, together.fused) == (3, 1)
+
+
+def test_cuda_a_transposed_pointwise_buffer_and_its_row_reduction_are_two_kernels():
+    """A pointwise result stored column-major (a graph output) and a sum over its rows: on CUDA the two loop
+    orders differ, two kernels; stored row-major, the same pair is one kernel (16384 rows: no split
+    reduction)."""
+    def f(x):
+        y = torch.tanh(x.t() + 1)  # x.t(): the result keeps the column-major layout
+        return y, y.sum(-1)
+    x = torch.randn(64, 16384)
+    assert _predict(f, x, device="cuda").fused == 2
+    x = torch.randn(16384, 64)
+    assert _predict(lambda x: (lambda y: (y, y.sum(-1)))(torch.tanh(x + 1)), x, device="cuda").fused == 1
+
+
+def test_cuda_float32_attention_is_not_fused_without_tf32():
+    """Inductor's attention fusion refuses float32 on CUDA unless TF32 is on; a graph traced on CPU and
+    predicted for CUDA keeps the two bmm and the softmax (the H200's DHEN attention), on CPU it fuses."""
+    def attn(q, k, v):
+        return torch.softmax(q @ k.transpose(-2, -1) / 4.0, -1) @ v
+    q = torch.randn(8, 4, 32, 16)
+    cuda = _predict(attn, q, q.clone(), q.clone(), device="cuda")
+    assert cuda.extern == 2 and cuda.fused >= 1
+    cpu = _predict(attn, q, q.clone(), q.clone(), device="cpu")
+    assert cpu.extern == 1

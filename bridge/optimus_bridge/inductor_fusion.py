@@ -41,11 +41,22 @@ class KernelPrediction:
         return KernelPrediction(self.fused + other.fused, self.extern + other.extern, self.groups + other.groups)
 
 
-@functools.lru_cache(maxsize=1)
+#: Whether to model buffer-overlap scoring: ``None`` reads the installed Inductor (:func:`_buffer_overlap_scoring`);
+#: ``False`` models an Inductor without it (predicting the H200's torch 2.11 on a machine with torch 2.13)
+OVERLAP_SCORING: bool | None = None
+
+
 def _buffer_overlap_scoring() -> bool:
-    """Whether the installed Inductor scores readers of different views of one buffer as sharing memory
+    """Whether Inductor scores readers of different views of one buffer as sharing memory
     (``Scheduler._can_use_buffer_overlap_scoring``, torch 2.13 has it): without it (the H200's torch 2.11
     ran DHEN's q, k and v slices of one projection as three kernels) such readers do not fuse."""
+    if OVERLAP_SCORING is not None:
+        return OVERLAP_SCORING
+    return _installed_overlap_scoring()
+
+
+@functools.lru_cache(maxsize=1)
+def _installed_overlap_scoring() -> bool:
     from torch._inductor.scheduler import Scheduler
 
     return hasattr(Scheduler, "_can_use_buffer_overlap_scoring")
@@ -82,10 +93,23 @@ def itemsize_of(v) -> int:
 class SchedNode:
     """One realized node of the model scheduler."""
 
-    __slots__ = ("id", "names", "kind", "key", "reads", "fx")
+    __slots__ = ("id", "names", "kind", "key", "reads", "fx", "transposed")
 
     def __init__(self, i, name, kind, key, reads, fx):
         self.id, self.names, self.kind, self.key, self.reads, self.fx = i, [name], kind, key, reads, fx
+        self.transposed = kind == "pointwise" and transposed_layout(node_val(fx) if fx is not None else None)
+
+
+def transposed_layout(v) -> bool:
+    """Whether the tensor ``v`` is stored in an order other than row-major (its dims above size 1 not in
+    decreasing stride order): a pointwise node writing such a buffer iterates in that order."""
+    if not isinstance(v, torch.Tensor):
+        return False
+    try:
+        dims = [(int(st), int(sz)) for st, sz in zip(v.stride(), v.shape) if int(sz) > 1]
+    except (TypeError, ValueError):
+        return False
+    return any(a[0] < b[0] for a, b in zip(dims, dims[1:]))
 
 
 def _compatible(a: tuple, b: tuple, vertical: bool, cpu: bool) -> bool:
@@ -152,6 +176,12 @@ def fuse_kernels(sched: list[SchedNode], deps: list[set[int]], cpu: bool, extern
         red = [k for k in ks if k[0] == "r"] or [k for k in ks if k[0] == "u"]
         return red[0] if red else ks[0]
 
+    def has_reduction(g):
+        return any(key[m][0] == "r" for m in members[g])
+
+    def transposed(g):
+        return any(sched[m].transposed for m in members[g])
+
     def try_union(a, b, vertical):
         ga, gb = find(a), find(b)
         if ga == gb or not (fusable[a] and fusable[b]):
@@ -168,6 +198,12 @@ def fuse_kernels(sched: list[SchedNode], deps: list[set[int]], cpu: bool, extern
         ra = {key[m] for m in members[ga] if key[m][0] == "r"}
         rb = {key[m] for m in members[gb] if key[m][0] == "r"}
         if ra and rb and {k[1:3] for k in ra} != {k[1:3] for k in rb} and not cpu:
+            return False
+        if not cpu and ((has_reduction(ga) and transposed(gb)) or (has_reduction(gb) and transposed(ga))):
+            # a pointwise buffer stored transposed is iterated in its storage order; a reduction reading (or
+            # written with) it iterates rows: the loop orders differ and Triton keeps them apart (the H200's
+            # launch-bound step: ``triton_poi_fused_add_permute_relu_tanh`` writes a column-major buffer,
+            # ``triton_red_fused_mul_sum`` then reduces its rows)
             return False
         if reaches(ga, gb, True) or reaches(gb, ga, True):
             return False
@@ -198,7 +234,8 @@ def fuse_kernels(sched: list[SchedNode], deps: list[set[int]], cpu: bool, extern
         if not fusable[s.id]:
             continue
         for b, v in s.reads:
-            val = node_val(v) if isinstance(v, torch.fx.Node) else None
+            outer = v[-1] if isinstance(v, tuple) else v  # (inner view, slice of an inlined node)
+            val = node_val(outer) if isinstance(outer, torch.fx.Node) else None
             if numel_of(val) * itemsize_of(val) >= SCORE_FUSION_MEMORY_THRESHOLD:
                 exact.setdefault((b, v), []).append(s.id)
                 if _buffer_overlap_scoring():
@@ -210,9 +247,6 @@ def fuse_kernels(sched: list[SchedNode], deps: list[set[int]], cpu: bool, extern
     # max_fusion_buffer_group_pairwise_attempts = 64 nodes apart)
     horizontal = [(ids[i], ids[j], same) for groups, same in ((exact, True), (overlap, False))
                   for ids in groups.values() for i in range(len(ids)) for j in range(i + 1, min(len(ids), i + 65))]
-
-    def has_reduction(g):
-        return any(key[m][0] == "r" for m in members[g])
 
     for _round in range(10):
         changed = False

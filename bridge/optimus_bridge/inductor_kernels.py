@@ -36,9 +36,12 @@ default config and is not modelled. What is approximated: loop groups are compar
 by their ranges and index expressions (a transposed read that blocks a fusion is not seen). **Split
 reductions** (CUDA): a reduction with few outputs and many elements each is two kernels
 (:func:`split_reduction`, the H200's figures); the second stage is counted as a kernel of its own.
-**Split-K GEMMs** (CUDA): cuBLAS adds a reduction kernel to some GEMMs whose contraction dim is long
-(:func:`split_k_gemm`, a fit to the H200's kernel lists); ``baddbmm`` and an ``addmm`` without cuBLASLt's
-bias epilogue copy their bias into the output first, one kernel more (:func:`bias_copied`).
+**Split-K GEMMs** (CUDA): cuBLAS runs some ``mm`` with a long contraction dim and few output tiles as two
+GPU activities (:func:`split_k_gemm`, a fit to the H200's per-call kernel lists); ``baddbmm`` and an ``addmm``
+without cuBLASLt's bias epilogue copy their bias into the output first, one more (:func:`bias_copied`); a few
+ATen ops launch many kernels (:func:`extern_gpu_kernels`: the embedding-bag gradient's radix sort). A
+pointwise node stored transposed does not fuse with a reduction on CUDA (``inductor_fusion``). Graphs traced
+on CPU and predicted for CUDA get Inductor's CUDA-only pattern passes (:func:`_cuda_passes`).
 
 :func:`predict` gives a :class:`KernelPrediction` per graph; :func:`predict_module` traces a Torch-IR
 graph and sums its forward and, when training, backward graphs.
@@ -46,6 +49,7 @@ graph and sums its forward and, when training, backward graphs.
 
 from __future__ import annotations
 
+import contextlib
 import operator
 
 import torch
@@ -194,6 +198,12 @@ def predict(gm: torch.fx.GraphModule, device: str = "cpu") -> KernelPrediction:
         b = base(a)
         if realized.get(b, True):
             return frozenset([(b, a)])
+        if a is not b and numel_of(node_val(a)) < numel_of(node_val(b)):
+            # a slice of an inlined node reads a part of each buffer that node reads: readers of different
+            # slices share no memory dependency (Inductor's MemoryDep holds the sliced index), so they fuse
+            # only under buffer-overlap scoring (the H200's torch 2.11 ran DHEN's q, k and v slices of one
+            # projection plus its bias, ``triton_poi_fused_addmm_clone_permute_slice_view_0/1/2``, apart)
+            return frozenset((b2, (v2, a)) for b2, v2 in reads[b])
         return reads[b]
 
     def add(n, k, key, r):
@@ -217,11 +227,7 @@ def predict(gm: torch.fx.GraphModule, device: str = "cpu") -> KernelPrediction:
                 _realize(base(a), realized, reads, readers, producer, sched, add, n)
             realized[n] = True
             s = add(n, k, None, set().union(*[buf_reads(a) for a in args]) if args else set())
-            extern += 1
-            if not cpu and split_k_gemm(n):
-                extern += 1  # cuBLASLt's splitKreduce kernel after the GEMM
-            if not cpu and bias_copied(n):
-                extern += 1  # ATen copies the bias into the output before the GEMM
+            extern += 1 if cpu else extern_gpu_kernels(n)
             continue
         if k == "cat":
             ins = [base(a) for a in args]
@@ -302,23 +308,62 @@ def predict(gm: torch.fx.GraphModule, device: str = "cpu") -> KernelPrediction:
     return pred
 
 
-def split_k_gemm(node: torch.fx.Node) -> bool:
-    """Whether cuBLAS runs the extern ``mm``/``bmm`` ``node`` as a split-K GEMM with a separate reduction
-    kernel (``cublasLt::splitKreduce_kernel``). cuBLAS's choice is internal; this is a fit to the H200's
-    kernel lists (torch 2.11, fp32, bench/results/h200_2026-12-02 and /work/gpu_early: 13 such kernels in a
-    DHEN training step, 15 in Wukong's, none in the launch-bound model's): the contraction dim K is at least
-    2048, at least the output's N and longer than its M (a weight gradient ``grad.T @ x`` summed over the
-    batch). Forward GEMMs (K = a feature dim) never qualify in the bench models."""
-    if node.target not in (aten.mm.default, aten.bmm.default):
+def split_k_gemm(node: torch.fx.Node, sms: int = 132) -> bool:
+    """Whether cuBLAS runs the extern ``mm`` ``node`` as a split-K GEMM: two GPU activities, the GEMM and
+    either a reduction of its partial sums (``sm80_xmma_gemm_..._execute_split_k_kernel`` after the
+    ``..._execute_kernel``, or ``cublasLt::splitKreduce_kernel``) or a ``Memset`` of the output it
+    accumulates into. cuBLAS's heuristic is internal; this is a fit to the H200's per-call kernel lists (fp32,
+    torch 2.11, bench/results/kernel_prediction_h200_2026-12-02: 285 of 290 ``mm`` calls of eleven bench
+    cells, by shape; M x K times K x N, tiles of 128 x 128 outputs, ``sms`` the H200's 132 SMs). Split when
+
+    * the output is at most one wave of tiles (half a wave unless A is transposed: the weight gradient
+      ``grad.T @ x`` summed over the batch) and K is long: ``K >= 1024`` and ``4 K >= max(M, N)``
+      (DHEN's low-rank 2048 x 2048 x 64, every weight gradient over a batch of 2048 to 131072 rows);
+    * K is at least 2048 and four times N (BERT's 4096 x 3072 x 768 FFN output: GEMM + memset);
+    * K is not a multiple of 4 (rows misaligned for 16-byte loads: cuBLAS's align-1 kernels) and at least
+      256, over at most one wave (DLRM's top MLP on its 415 interaction features).
+
+    ``bmm`` (0 of 64 calls: the batch fills the device) and ``addmm`` (1 of 12: cuBLASLt's bias epilogue)
+    never split here."""
+    if node.target is not aten.mm.default:
         return False
     a, b = (node_val(x) for x in _tensor_args(node)[:2])
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
         return False
     try:
         m, k, n = int(a.shape[-2]), int(a.shape[-1]), int(b.shape[-1])
+        a_transposed = int(a.stride(-2)) == 1 and m > 1
     except (TypeError, ValueError):
         return False
-    return k >= 2048 and k >= n and k > m
+    tiles = -(-m // 128) * -(-n // 128)
+    if k >= 1024 and 4 * k >= max(m, n) and tiles <= (sms + sms // 10 if a_transposed else sms // 2):
+        return True
+    if k >= 2048 and k >= 4 * n:
+        return True
+    return k % 4 != 0 and k >= 256 and tiles <= sms
+
+
+#: ATen CUDA ops that launch several kernels per call (GPU activities, memsets included), as the H200's
+#: kernel lists show them: ``_embedding_bag_backward`` (dense gradient,
+#: aten/src/ATen/native/cuda/EmbeddingBackwardKernel.cu ``embedding_backward_cuda_kernel``): an ``arange``,
+#: two memsets, CUB's radix sort of the indices (histogram, exclusive scan, then per 8 key bits a memset and
+#: a onesweep pass: 8 passes for int64 indices), then fill, compact init, unique-by-key, partials per
+#: segment, scan init, scan, partial-segment count and offsets, ``compute_grad_weight_bags`` and
+#: ``sum_and_scatter``: 15 + 2 x 8 = 31 for DLRM's int64 bags; the memory-efficient attention backward
+#: (``_scaled_dot_product_efficient_attention_backward``: a fill of the gradient accumulator, the ``delta``
+#: reduction, an elementwise op and ``fmha_cutlassB``): 4 in BERT's step.
+def extern_gpu_kernels(node: torch.fx.Node) -> int:
+    """GPU activities one extern ``node`` runs on CUDA (1 unless listed above, plus :func:`split_k_gemm` and
+    :func:`bias_copied`)."""
+    t = node.target
+    if t in (aten._embedding_bag_backward.default, aten._embedding_bag_dense_backward.default):
+        args = _tensor_args(node)
+        idx = node_val(args[1]) if len(args) > 1 else None
+        bits = 8 * (idx.element_size() if isinstance(idx, torch.Tensor) else 8)
+        return 15 + 2 * (bits // 8)
+    if t is aten._scaled_dot_product_efficient_attention_backward.default:
+        return 4
+    return 1 + int(split_k_gemm(node)) + int(bias_copied(node))
 
 
 def bias_copied(node: torch.fx.Node) -> bool:
@@ -387,14 +432,62 @@ def _realize(b, realized, reads, readers, producer, sched, add, by) -> None:
     add(b, "pointwise", ("p", numel_of(node_val(b)), _dim0(node_val(b))), reads.get(b, frozenset()))
 
 
-def aten_graphs(gm: torch.fx.GraphModule, example_inputs, training: bool | None = None) -> list[torch.fx.GraphModule]:
+_EMULATE_CUDA = [False]
+
+
+def _install_attention_check() -> None:
+    """Wrap Inductor's attention-fusion check (``fx_passes.fuse_attention._sfdp_params_check``) once, before
+    its patterns are registered (they keep the function they were given): while :func:`_cuda_passes` is
+    active, a float32 attention is refused as on CUDA without TF32 (the check's own rule: "fused kernels use
+    tf32"; the H200 ran DHEN's attention as two bmm and a softmax kernel). Patterns registered before this
+    ran (an earlier Inductor compile in the process) keep the unwrapped check."""
+    from torch._inductor.fx_passes import fuse_attention
+
+    check = fuse_attention._sfdp_params_check
+    if getattr(check, "_optimus_wrapped", False):
+        return
+
+    def params_check(match):
+        q = match.kwargs["query"].meta["val"]
+        if _EMULATE_CUDA[0] and q.dtype == torch.float32 and torch.backends.cuda.matmul.fp32_precision != "tf32":
+            return False
+        return check(match)
+    params_check._optimus_wrapped = True
+    fuse_attention._sfdp_params_check = params_check
+
+
+@contextlib.contextmanager
+def _cuda_passes(on: bool):
+    """Inductor's pattern passes as they run for CUDA tensors, applied to graphs traced on CPU (``on``):
+    ``post_grad.should_prefer_unfused_addmm`` (an ``addmm`` whose readers are all pointwise becomes ``mm``
+    plus a bias add fused into the readers, GPU only: the H200's ``triton_poi_fused_addmm_...`` kernels) and
+    the float32 attention check of :func:`_install_attention_check`."""
+    from torch._inductor.fx_passes import post_grad
+
+    _install_attention_check()
+    if not on:
+        yield
+        return
+    is_gpu = post_grad.is_gpu
+    post_grad.is_gpu = lambda d: d == "cpu" or is_gpu(d)
+    _EMULATE_CUDA[0] = True
+    try:
+        yield
+    finally:
+        post_grad.is_gpu = is_gpu
+        _EMULATE_CUDA[0] = False
+
+
+def aten_graphs(gm: torch.fx.GraphModule, example_inputs, training: bool | None = None,
+                device: str | None = None) -> list[torch.fx.GraphModule]:
     """The Aten-IR graphs Inductor would lower for the Torch-IR graph ``gm``: AOTAutograd with Inductor's
     decomposition table, its joint-graph passes and partitioner (``compile_fx.partition_fn``: pattern
     rewrites such as attention fusion, then ``min_cut_rematerialization_partition``) and its post-grad
     passes (no Inductor lowering or code generation), traced on
     ``example_inputs`` (real or fake tensors; nothing is compiled, the graphs run once to reach the
     backward). Returns ``[forward]`` or, when an output requires grad (``training`` not False),
-    ``[forward, backward]``.
+    ``[forward, backward]``. ``device="cuda"`` with CPU inputs runs the passes as for CUDA tensors
+    (:func:`_cuda_passes`: the development machine predicts the GPU's graphs).
     """
     import copy
 
@@ -424,7 +517,8 @@ def aten_graphs(gm: torch.fx.GraphModule, example_inputs, training: bool | None 
                            inference_compiler=grab("forward", True), decompositions=select_decomp_table(),
                            partition_fn=inductor_compile.partition_fn)
     gm = copy.deepcopy(gm)
-    with torch.enable_grad() if training else torch.no_grad():
+    on_cpu = all(x.device.type == "cpu" for x in example_inputs if isinstance(x, torch.Tensor))
+    with _cuda_passes(device == "cuda" and on_cpu), torch.enable_grad() if training else torch.no_grad():
         fn = backend(gm, list(example_inputs))
         if training and "backward" not in graphs:
             out = fn(*example_inputs)
@@ -440,6 +534,6 @@ def predict_module(gm: torch.fx.GraphModule, example_inputs, device: str = "cpu"
     """Kernels Inductor emits for the Torch-IR graph ``gm`` (forward, and backward when ``training``):
     :func:`predict` on each graph of :func:`aten_graphs`."""
     total = KernelPrediction()
-    for g in aten_graphs(gm, example_inputs, training):
+    for g in aten_graphs(gm, example_inputs, training, device):
         total = total + predict(g, device)
     return total
