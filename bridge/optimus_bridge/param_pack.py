@@ -184,17 +184,20 @@ class PackedStack(torch.autograd.Function):
     ``unbind`` of the gradient along dim 0, ``split`` by the parameters' dim-0 sizes for a cat)."""
 
     @staticmethod
-    def forward(buffer, sizes, *params):
+    def forward(ctx, buffer, sizes, *params):  # ctx-style: Function.apply then skips binding the signature per call
+        ctx.sizes = sizes
         return buffer.view(buffer.shape)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.sizes = inputs[1]
 
     @staticmethod
     def backward(ctx, grad):
         parts = grad.unbind(0) if ctx.sizes is None else grad.split(list(ctx.sizes), 0)
         return (None, None, *parts)
+
+
+#: PackedStack's apply without ``Function.apply``'s Python layer (``torch/autograd/function.py``), which walks
+#: every argument for dead functorch wrappers: 1,024 parameters per call at 128 branches. Used only while no
+#: functorch transform is active (the layer's own condition for that walk); else ``PackedStack.apply``.
+_RAW_APPLY = super(torch.autograd.Function, PackedStack).apply
 
 
 def packed_stack(buffer: torch.Tensor, sizes: tuple[int, ...] | None, *params: torch.Tensor) -> torch.Tensor:
@@ -322,7 +325,7 @@ class ParameterPacks:
             return kept + self._refresh(args, grad_on)
         if not grad_on:
             return kept + [p.buffer for p in self.packs]
-        apply = PackedStack.apply
+        apply = PackedStack.apply if torch._C._are_functorch_transforms_active() else _RAW_APPLY
         return kept + [p.buffer if g is None else apply(g[0], g[1], *g[2](args)) for p, g in zip(self.packs, self._grad)]
 
     def _refresh(self, args: Sequence[Any], grad_on: bool) -> list[torch.Tensor]:

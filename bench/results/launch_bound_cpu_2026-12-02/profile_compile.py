@@ -34,6 +34,7 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--profile", default=None, help="write cProfile stats of the first call here")
     ap.add_argument("--optimizer", default="none")
+    ap.add_argument("--profile-steady", default=None, help="write cProfile stats of the timed calls here")
     a = ap.parse_args()
     torch.set_num_threads(1)
     import optimus_eq
@@ -113,10 +114,16 @@ def main() -> None:
     from torch._dynamo.utils import compile_times
     ct = compile_times(repr="csv")
     times = []
+    steady = cProfile.Profile() if a.profile_steady else None
+    if steady:
+        steady.enable()
     for _ in range(a.iters):
         t = time.perf_counter()
         step()
         times.append((time.perf_counter() - t) * 1e3)
+    if steady:
+        steady.disable()
+        steady.dump_stats(a.profile_steady)
     ours = sum(r.get("total", 0) for r in stats["reports"])
     ind = sum(g["s"] for g in stats["inductor"])
     print(json.dumps({"branches": a.branches, "batch": a.batch, "mode": a.mode, "strategy": a.strategy,
