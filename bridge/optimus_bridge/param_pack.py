@@ -184,9 +184,12 @@ class PackedStack(torch.autograd.Function):
     ``unbind`` of the gradient along dim 0, ``split`` by the parameters' dim-0 sizes for a cat)."""
 
     @staticmethod
-    def forward(ctx, buffer, sizes, *params):  # ctx-style: Function.apply then skips binding the signature per call
-        ctx.sizes = sizes
+    def forward(buffer, sizes, *params):
         return buffer.view(buffer.shape)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.sizes = inputs[1]
 
     @staticmethod
     def backward(ctx, grad):
@@ -194,9 +197,10 @@ class PackedStack(torch.autograd.Function):
         return (None, None, *parts)
 
 
-#: PackedStack's apply without ``Function.apply``'s Python layer (``torch/autograd/function.py``), which walks
-#: every argument for dead functorch wrappers: 1,024 parameters per call at 128 branches. Used only while no
-#: functorch transform is active (the layer's own condition for that walk); else ``PackedStack.apply``.
+#: PackedStack's apply without ``Function.apply``'s Python layer (``torch/autograd/function.py``), which binds
+#: the forward's signature (``inspect``) and walks every argument for dead functorch wrappers on each call:
+#: 1,024 parameters per call at 128 branches. Used only while no functorch transform is active (the layer's
+#: own condition for that walk; no default argument to bind); else ``PackedStack.apply``.
 _RAW_APPLY = super(torch.autograd.Function, PackedStack).apply
 
 
