@@ -34,11 +34,14 @@ Where no gradient can flow (none of the parameters requires grad, or the graph i
 off and sets no grad mode inside: inference, ``torch.no_grad()``, ``torch.inference_mode()``) the graph
 reads the buffer itself. Dynamo guards the grad mode and each input's ``requires_grad``, so such a graph
 never runs in training; :meth:`ParameterPacks.inputs` checks it again and raises rather than drop a
-gradient. In a training graph (issue 12) the stack becomes :func:`packed_stack` of the buffer and the
-parameters: an autograd function whose value is the buffer (no copy) and whose backward gives each
-parameter its slice of the stack's gradient, as ``stack``'s own backward (``unbind`` / ``split``) does, so
-AccumulateGrad still takes each gradient without a copy. The parameters stay graph inputs (autograd
-needs them) but the forward no longer reads them: the stack's copy kernels leave the training step.
+gradient. In a training graph (issue 12) the graph reads the buffer too, and each call passes in its place
+:func:`packed_stack` of the buffer and the parameters, computed outside the compiled graph: an autograd
+function whose value is the buffer (no copy) and whose backward gives each parameter its slice of the
+stack's gradient, as ``stack``'s own backward (``unbind`` / ``split``) does, so AccumulateGrad still takes
+each gradient without a copy. The graph handed to AOTAutograd and Inductor then has one input and one
+gradient output per pack where it had one per parameter (at 128 branches x 2 layers: 1,036 inputs and
+1,036 gradient outputs -> 12 each; forward 1,098 -> 74 FX nodes, backward 1,142 -> 110), and the stack's copy
+kernels leave the training step.
 """
 
 from __future__ import annotations
