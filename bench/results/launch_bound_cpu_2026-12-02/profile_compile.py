@@ -113,7 +113,7 @@ def main() -> None:
     first = time.perf_counter() - t0
     from torch._dynamo.utils import compile_times
     ct = compile_times(repr="csv")  # (names, seconds): Dynamo's per-phase totals
-    dyn = {k: round(float(v), 2) for k, v in zip(ct[0], ct[1])
+    dyn = {k: round(sum(float(x) for x in str(v).split(",") if x.strip()), 2) for k, v in zip(ct[0], ct[1])
            if k in ("_compile.compile_inner", "OutputGraph.call_user_compiler", "create_aot_dispatcher_function",
                     "compile_fx.<locals>.fw_compiler_base", "compile_fx_inner", "GraphLowering.run",
                     "GraphLowering.compile_to_module")}
