@@ -34,11 +34,14 @@ Where no gradient can flow (none of the parameters requires grad, or the graph i
 off and sets no grad mode inside: inference, ``torch.no_grad()``, ``torch.inference_mode()``) the graph
 reads the buffer itself. Dynamo guards the grad mode and each input's ``requires_grad``, so such a graph
 never runs in training; :meth:`ParameterPacks.inputs` checks it again and raises rather than drop a
-gradient. In a training graph (issue 12) the stack becomes :func:`packed_stack` of the buffer and the
-parameters: an autograd function whose value is the buffer (no copy) and whose backward gives each
-parameter its slice of the stack's gradient, as ``stack``'s own backward (``unbind`` / ``split``) does, so
-AccumulateGrad still takes each gradient without a copy. The parameters stay graph inputs (autograd
-needs them) but the forward no longer reads them: the stack's copy kernels leave the training step.
+gradient. In a training graph (issue 12) the graph reads the buffer too, and each call passes in its place
+:func:`packed_stack` of the buffer and the parameters, computed outside the compiled graph: an autograd
+function whose value is the buffer (no copy) and whose backward gives each parameter its slice of the
+stack's gradient, as ``stack``'s own backward (``unbind`` / ``split``) does, so AccumulateGrad still takes
+each gradient without a copy. The graph handed to AOTAutograd and Inductor then has one input and one
+gradient output per pack where it had one per parameter (at 128 branches x 2 layers: 1,036 inputs and
+1,036 gradient outputs -> 12 each; forward 1,098 -> 74 FX nodes, backward 1,142 -> 110), and the stack's copy
+kernels leave the training step.
 """
 
 from __future__ import annotations
@@ -82,7 +85,9 @@ class Pack:
         positions: where its parameters are among the graph's inputs, in stack order.
         buffer: the contiguous tensor equal to the stack's result; the parameters are views of it.
         ptrs: each parameter's ``data_ptr()`` inside ``buffer``.
-        grad: whether gradients flow through the stack (the graph calls :func:`packed_stack`).
+        grad: whether gradients flow through the stack (each call passes :func:`packed_stack` of the buffer
+            and the parameters in the buffer's place).
+        sizes: for a cat, each parameter's dim-0 size (:func:`packed_stack`'s ``sizes``); None for a stack.
     """
 
     name: str
@@ -90,7 +95,8 @@ class Pack:
     positions: tuple[int, ...]
     buffer: torch.Tensor
     ptrs: list[int] = field(default_factory=list)
-    grad: bool = False  # the graph differentiates the stack: it is packed_stack(buffer, params)
+    grad: bool = False  # the graph differentiates the stack: each call passes packed_stack(buffer, params)
+    sizes: tuple[int, ...] | None = None
 
     def compute(self, params: Sequence[torch.Tensor]) -> torch.Tensor:
         """The stack from the parameters themselves (the graph's own computation)."""
@@ -194,6 +200,13 @@ class PackedStack(torch.autograd.Function):
         return (None, None, *parts)
 
 
+#: PackedStack's apply without ``Function.apply``'s Python layer (``torch/autograd/function.py``), which binds
+#: the forward's signature (``inspect``) and walks every argument for dead functorch wrappers on each call:
+#: 1,024 parameters per call at 128 branches. Used only while no functorch transform is active (the layer's
+#: own condition for that walk; no default argument to bind); else ``PackedStack.apply``.
+_RAW_APPLY = super(torch.autograd.Function, PackedStack).apply
+
+
 def packed_stack(buffer: torch.Tensor, sizes: tuple[int, ...] | None, *params: torch.Tensor) -> torch.Tensor:
     """``torch.stack(params)`` (``sizes`` None) or ``torch.cat(params)`` (``sizes``: each parameter's dim-0
     size) where the parameters are views of ``buffer`` laid out as that result and ``buffer`` holds their
@@ -241,19 +254,25 @@ class _SavedVersions(torch.autograd.graph.saved_tensors_hooks):
     saved-tensor hooks active around the call (activation offloading, checkpointing), which keep working.
 
     Args:
-        buffers: ``untyped_storage().data_ptr()`` of each pack's buffer -> the parameters that are views of it.
+        buffers: ``untyped_storage().data_ptr()`` of each pack's buffer -> a getter of the parameters that are
+            views of it from the call's arguments (``operator.itemgetter`` of their positions).
+        args: the call's arguments (the original graph's inputs).
     """
 
-    def __init__(self, buffers: dict[int, list[torch.Tensor]]) -> None:
+    def __init__(self, buffers: dict[int, Callable], args: Sequence[Any]) -> None:
         outer = torch._C._autograd._top_saved_tensors_default_hooks(False)
 
         def pack(t):
             held = outer[0](t) if outer else t
             try:
-                params = buffers.get(t.untyped_storage().data_ptr())
+                get = buffers.get(t.untyped_storage().data_ptr())
             except (RuntimeError, NotImplementedError):  # a tensor without storage (sparse, nested)
-                params = None
-            return held, params, None if params is None else [p._version for p in params]
+                get = None
+            if get is None:
+                return held, None, None
+            params = get(args)
+            params = params if isinstance(params, tuple) else (params,)
+            return held, params, [p._version for p in params]
 
         def unpack(saved):
             held, params, versions = saved
@@ -282,6 +301,9 @@ class ParameterPacks:
         self._ptrs = [ptr for p in packs for ptr in p.ptrs]
         self._single_param = len(positions) == 1
         self._no_grad = [i for p in packs if not p.grad for i in p.positions]  # read as plain buffers
+        # per pack: (buffer, sizes for packed_stack, its parameters' getter) where gradients flow, else None
+        self._grad = [(p.buffer, p.sizes, operator.itemgetter(*p.positions)) if p.grad else None for p in packs]
+        self._versions: dict[int, Callable] | None = None  # _SavedVersions' table, built at the first grad call
 
     @property
     def parameters(self) -> int:
@@ -289,53 +311,67 @@ class ParameterPacks:
         return sum(len(p.positions) for p in self.packs)
 
     def inputs(self, args: Sequence[Any]) -> list[Any]:
-        """The packed graph's inputs for a call of the original graph with ``args``.
+        """The packed graph's inputs for a call of the original graph with ``args``: the kept inputs, then per
+        pack its buffer (in a call with grad mode on, a pack with gradients gives ``packed_stack(buffer,
+        sizes, *params)``: the buffer's value, each parameter's gradient its slice of the buffer's).
 
         Raises:
             RuntimeError: a parameter packed without gradient requires grad in a call with grad mode on
-                (the packed graph was compiled without gradients for it; Dynamo's guards should have
+                (the packed graph was compiled without its gradient; Dynamo's guards should have
                 recompiled).
         """
         kept = self._keep(args)
         kept = [kept] if self._single else list(kept)
         params = self._params(args)
         params = [params] if self._single_param else params
-        if self._no_grad and torch.is_grad_enabled() and any(args[i].requires_grad for i in self._no_grad):
+        grad_on = torch.is_grad_enabled()
+        if self._no_grad and grad_on and any(args[i].requires_grad for i in self._no_grad):
             raise RuntimeError("optimus_eq parameter packing: a packed parameter requires grad in a call with "
                                "grad mode on; the graph was compiled without its gradient")
-        if list(map(torch.Tensor.data_ptr, params)) == self._ptrs:
+        if list(map(torch.Tensor.data_ptr, params)) != self._ptrs:
+            return kept + self._refresh(args, grad_on)
+        if not grad_on:
             return kept + [p.buffer for p in self.packs]
-        return kept + self._refresh(args)
+        apply = PackedStack.apply if torch._C._are_functorch_transforms_active() else _RAW_APPLY
+        return kept + [p.buffer if g is None else apply(g[0], g[1], *g[2](args)) for p, g in zip(self.packs, self._grad)]
 
-    def _refresh(self, args: Sequence[Any]) -> list[torch.Tensor]:
-        """Buffers for a call whose parameters moved: re-pack those that qualify, compute the rest."""
+    def _refresh(self, args: Sequence[Any], grad_on: bool) -> list[torch.Tensor]:
+        """Inputs for a call whose parameters moved: re-pack those that qualify, compute the rest."""
         out = []
         for pack in self.packs:
             params = [args[i] for i in pack.positions]
             if [p.data_ptr() for p in params] == pack.ptrs:
-                out.append(pack.buffer)
+                pass
             elif _qualifies(params, pack.kind, need_no_grad=self.grad_mode and not pack.grad):
                 pack.buffer = _pack(pack.kind, params)
                 pack.ptrs = [p.data_ptr() for p in params]
-                out.append(pack.buffer)
-            else:
-                with torch.no_grad():
+            else:  # the graph's own stack (differentiable where gradients flow)
+                with torch.set_grad_enabled(grad_on and pack.grad):
                     out.append(pack.compute(params))
+                continue
+            out.append(packed_stack(pack.buffer, pack.sizes, *params) if grad_on and pack.grad else pack.buffer)
         self._ptrs = [ptr for p in self.packs for ptr in p.ptrs]
+        self._grad = [(p.buffer, p.sizes, operator.itemgetter(*p.positions)) if p.grad else None for p in self.packs]
+        self._versions = None
         return out
+
+    def saved_versions(self, args: Sequence[Any]) -> "_SavedVersions":
+        """The saved-tensor hooks of one call with grad mode on (:class:`_SavedVersions`); the table of
+        buffers and their parameters is built once per layout (after a re-pack, again)."""
+        if self._versions is None:
+            self._versions = {p.buffer.untyped_storage().data_ptr(): operator.itemgetter(*p.positions)
+                              for p in self.packs}
+        return _SavedVersions(self._versions, args)
 
     def wrap(self, compiled: Callable) -> Callable:
         """``compiled`` (of the packed graph) as a callable of the original graph's inputs."""
-        inputs = self.inputs
-
-        packs = self.packs
+        inputs, saved_versions = self.inputs, self.saved_versions
 
         def packed_call(*args):  # Dynamo calls a backend's callable with the graph's inputs as arguments
             packed = inputs(args)
             if not torch.is_grad_enabled():
                 return compiled(*packed)
-            with _SavedVersions({p.buffer.untyped_storage().data_ptr(): [args[i] for i in p.positions]
-                                 for p in packs}):
+            with saved_versions(args):
                 return compiled(*packed)
 
         packed_call._optimus_packs = self  # for tests and reports
@@ -386,9 +422,13 @@ def pack_parameters(gm: fx.GraphModule, example_inputs: Sequence[Any]
     for node, kind, positions, grad in chosen:
         params = [example_inputs[i] for i in positions]
         buf = _pack(kind, params)
-        packs.append(Pack(node.name, kind, positions, buf, [p.data_ptr() for p in params], grad))
+        sizes = None if kind == "stack" else tuple(int(p.shape[0]) for p in params)
+        packs.append(Pack(node.name, kind, positions, buf, [p.data_ptr() for p in params], grad, sizes))
 
-    # the packed graph: a copy, each packed stack replaced by a new placeholder after the last input
+    # the packed graph: a copy, each packed stack replaced by a new placeholder after the last input. Where
+    # gradients flow, each call passes packed_stack(buffer, sizes, *params) there (ParameterPacks.inputs): the
+    # graph handed to AOTAutograd and Inductor then has one input and one gradient output per pack, not one
+    # per parameter (at 512 branches x 2 layers, 16 in place of some 4,100)
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     for n in gm.graph.nodes:
@@ -397,21 +437,18 @@ def pack_parameters(gm: fx.GraphModule, example_inputs: Sequence[Any]
             env[n]._dynamo_source = n._dynamo_source
     last = env[placeholders[-1]]
     fake_mode = _fake_mode(placeholders)
+    examples = []
     for (node, kind, positions, grad), pack in zip(chosen, packs):
         with graph.inserting_after(last):
             ph = graph.placeholder(f"optimus_packed_{node.name}")
         ph.meta["tensor_dict"] = {"_dynamo_static_input_type": "unguarded"}  # a static input for CUDA graphs
+        example = _fresh_example(pack.buffer, requires_grad=True) if grad else pack.buffer
+        examples.append(example)
         if fake_mode is not None:
-            ph.meta["example_value"] = fake_mode.from_tensor(pack.buffer, static_shapes=True)
+            ph.meta["example_value"] = fake_mode.from_tensor(example, static_shapes=True)
         ph._dynamo_source = None
         last = ph
-        value = ph
-        if grad:  # gradients flow: the buffer's value, each parameter's slice of the gradient
-            sizes = None if kind == "stack" else tuple(int(example_inputs[i].shape[0]) for i in positions)
-            with graph.inserting_before(env[node]):
-                value = graph.call_function(packed_stack, (ph, sizes, *(env[placeholders[i]] for i in positions)))
-            value.meta = dict(env[node].meta)
-        env[node].replace_all_uses_with(value)
+        env[node].replace_all_uses_with(ph)
         graph.erase_node(env[node])
     removed = set()
     for i, n in enumerate(placeholders):
@@ -425,20 +462,20 @@ def pack_parameters(gm: fx.GraphModule, example_inputs: Sequence[Any]
         if hasattr(gm, attr):
             setattr(packed, attr, getattr(gm, attr))
     keep = [i for i in range(len(placeholders)) if i not in removed]
-    # a parameter that stays an input (packed_stack reads it) has moved into its buffer since Dynamo fakified
-    # it (its storage offset): its example is a detached alias, which AOTAutograd fakifies afresh (Dynamo's
-    # symbolic context of the parameter holds the old offset and fails its hint check)
-    moved = {i for (_n, _k, positions, grad) in chosen if grad for i in positions}
+    # a packed parameter that stays an input (another node reads it) has moved into its buffer since Dynamo
+    # fakified it (its storage offset): its example is a detached alias, which AOTAutograd fakifies afresh
+    # (Dynamo's symbolic context of the parameter holds the old offset and fails its hint check)
+    moved = taken
     inputs = [_fresh_example(example_inputs[i]) if i in moved else example_inputs[i] for i in keep]
-    inputs += [p.buffer for p in packs]
+    inputs += examples
     return packed, inputs, ParameterPacks(packs, keep, grad_mode)
 
 
-def _fresh_example(p: torch.Tensor) -> torch.Tensor:
-    """An alias of ``p`` (same data and layout, its ``requires_grad``) that is not ``p`` itself."""
+def _fresh_example(p: torch.Tensor, requires_grad: bool | None = None) -> torch.Tensor:
+    """An alias of ``p`` (same data and layout; ``requires_grad``, default ``p``'s) that is not ``p`` itself."""
     with torch.no_grad():
         t = p.detach()
-    return t.requires_grad_(p.requires_grad)
+    return t.requires_grad_(p.requires_grad if requires_grad is None else requires_grad)
 
 
 def _fake_mode(placeholders: list[fx.Node]):
