@@ -237,23 +237,22 @@ class _SavedVersions(torch.autograd.graph.saved_tensors_hooks):
 
     Packing makes each parameter a view of the buffer by ``p.data = buffer[i]``, which leaves the parameter its
     own version counter: without these hooks an in-place update of a parameter between forward and backward
-    would reach the saved buffer unseen and backward would use the new weights. The hooks chain to the
-    saved-tensor hooks active around the call (activation offloading, checkpointing), which keep working.
+    would reach the saved buffer unseen and backward would use the new weights. Used only where no other
+    saved-tensor hooks are active: under the user's own (activation offloading, checkpointing) eager checks
+    no versions, the user's hook holds what was saved, and the packed graph's tensors go to it unchanged
+    (:meth:`ParameterPacks.wrap`).
 
     Args:
         buffers: ``untyped_storage().data_ptr()`` of each pack's buffer -> the parameters that are views of it.
     """
 
     def __init__(self, buffers: dict[int, list[torch.Tensor]]) -> None:
-        outer = torch._C._autograd._top_saved_tensors_default_hooks(False)
-
         def pack(t):
-            held = outer[0](t) if outer else t
             try:
                 params = buffers.get(t.untyped_storage().data_ptr())
             except (RuntimeError, NotImplementedError):  # a tensor without storage (sparse, nested)
                 params = None
-            return held, params, None if params is None else [p._version for p in params]
+            return t, params, None if params is None else [p._version for p in params]
 
         def unpack(saved):
             held, params, versions = saved
@@ -262,7 +261,7 @@ class _SavedVersions(torch.autograd.graph.saved_tensors_hooks):
                     "one of the variables needed for gradient computation has been modified by an inplace "
                     "operation: a parameter that optimus_eq packed into one buffer was written between forward "
                     "and backward (eager raises the same error)")
-            return outer[1](held) if outer else held
+            return held
 
         super().__init__(pack, unpack)
 
@@ -332,8 +331,8 @@ class ParameterPacks:
 
         def packed_call(*args):  # Dynamo calls a backend's callable with the graph's inputs as arguments
             packed = inputs(args)
-            if not torch.is_grad_enabled():
-                return compiled(*packed)
+            if not torch.is_grad_enabled() or torch._C._autograd._top_saved_tensors_default_hooks(False) is not None:
+                return compiled(*packed)  # no gradient, or the user's saved-tensor hooks: eager checks no versions
             with _SavedVersions({p.buffer.untyped_storage().data_ptr(): [args[i] for i in p.positions]
                                  for p in packs}):
                 return compiled(*packed)
