@@ -65,3 +65,74 @@ def test_in_place_update_under_user_saved_tensor_hooks_trains_as_eager(hooks):
         out.backward()  # eager: no version check under saved-tensor hooks
     for (name, p), q in zip(m.named_parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad, msg=lambda s: f"grad of {name}: {s}")
+
+
+# -- batch_embedding_bag / batch_embedding: a bad id or offset ----------------------------------------------------
+
+_SMALL = {"batch_embedding_bag": {"min_fuse_set_size": 2}, "batch_embedding": {"min_fuse_set_size": 2}}
+
+
+def _optimized_on(fn, good, bad):
+    """``fn``'s Dynamo graph optimized (greedy) on the inputs ``good``, its original and optimized graphs called
+    with ``bad``: ``(eager error or None, optimized error or None, whether one lookup was left)``."""
+    from conftest import dynamo_graph
+
+    gm, example = dynamo_graph(fn, *good)
+    order = [next(j for j, t in enumerate(good) if t is e) for e in example]
+    gm2, _report = optimus_eq.optimize(gm, example, strategy="greedy", pattern_options=_SMALL)
+    fused = sum(n.op == "call_function" and n.target in (torch.nn.functional.embedding_bag,
+                                                         torch.nn.functional.embedding) for n in gm2.graph.nodes)
+    errors = []
+    for g in (gm, gm2):
+        try:
+            g(*[bad[j] for j in order])
+            errors.append(None)
+        except (RuntimeError, IndexError) as exc:
+            errors.append(exc)
+    return errors[0], errors[1], fused == 1
+
+
+def _three_bags(a, b, c, o0, o1, o2, w0, w1, w2):
+    F = torch.nn.functional
+    return [F.embedding_bag(i, w, o, mode="sum") for i, o, w in ((a, o0, w0), (b, o1, w1), (c, o2, w2))]
+
+
+def _three_lookups(a, b, c, w0, w1, w2):
+    return [torch.nn.functional.embedding(i, w) for i, w in ((a, w0), (b, w1), (c, w2))]
+
+
+# Found: the fused lookup reads the row-wise cat of the tables, so an id past its own table's rows (or a negative
+# id of a later table) reads a neighbouring table's row, and an offset past a table's own ids bags the next
+# table's ids: eager raises ("Expected idx >= 0 && idx < num_embeddings", "index out of range in self",
+# "offsets[-1] can not be greater than input's length"), the optimized graph returns a wrong value silently.
+@pytest.mark.xfail(strict=True, reason="batch_embedding_bag / batch_embedding shift ids and offsets without a range "
+                   "check: an id outside its own table (or an offset past its own ids) silently reads the neighbouring "
+                   "table's rows (ids) where eager raises; a fix maps such ids/offsets to an index the fused lookup "
+                   "rejects (ids: pointwise, in shifted_cat / select_shifted_cat / flat_shifted_cat and "
+                   "embedding_aten's adds; offsets need a per-table check)")
+@pytest.mark.parametrize("case", ["bag id past its table", "bag id negative", "bag offset past its ids",
+                                  "lookup id past its table"])
+def test_an_out_of_range_id_or_offset_raises_as_eager(case):
+    g = torch.Generator().manual_seed(0)
+    ws = [torch.randn(r, 4, generator=g, dtype=F64) for r in (7, 5, 6)]
+    if case.startswith("lookup"):
+        good = [torch.tensor([[0, 6], [1, 1]]), torch.tensor([[1, 2], [4, 0]]), torch.tensor([[5, 2], [0, 3]])]
+        bad = [torch.tensor([[0, 7], [1, 1]]), *good[1:]]
+        fn = _three_lookups
+    else:
+        ids = [torch.tensor([0, 6, 3]), torch.tensor([1, 2, 4]), torch.tensor([5, 2, 0])]
+        offs = [torch.tensor([0, 1]), torch.tensor([0, 2]), torch.tensor([0, 1])]
+        bad_ids = list(ids)
+        bad_offs = list(offs)
+        if case == "bag id past its table":
+            bad_ids[0] = torch.tensor([0, 7, 3])
+        elif case == "bag id negative":
+            bad_ids[1] = torch.tensor([1, -1, 4])
+        else:
+            bad_offs[0] = torch.tensor([0, 5])
+        good, bad = [*ids, *offs], [*bad_ids, *bad_offs]
+        fn = _three_bags
+    eager_error, optimized_error, fused = _optimized_on(fn, [*good, *ws], [*bad, *ws])
+    assert fused, "the lookups were not batched"
+    assert eager_error is not None
+    assert optimized_error is not None, "the optimized graph returned a value where eager raises"
