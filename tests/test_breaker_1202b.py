@@ -162,3 +162,32 @@ def test_lookups_of_no_ids_keep_every_table_gradient(strategy):
         return [F.embedding_bag(a, w0), F.embedding_bag(b, w1), F.embedding_bag(c, w2)]
 
     check(b, [*bags, *ws], strategy, pattern_options=_SMALL)  # no bags: the same
+
+
+# Found: the version check keyed its packs by their buffer's storage, one entry per pack; two packs of one graph
+# can share one storage (an earlier graph packed their union in one buffer, in the same layout), and the second
+# entry replaced the first, so a write into a parameter of the first pack between forward and backward went unseen
+# and backward used the new weights (eager raises). Fixed in param_pack (ParameterPacks.wrap: every pack's
+# parameters are checked).
+def test_two_packs_on_one_storage_both_see_an_in_place_write():
+    from optimus_bridge import param_pack
+
+    ps = [nn.Parameter(torch.randn(3, 3, dtype=F64)) for _ in range(6)]
+    x = torch.randn(3, dtype=F64, requires_grad=True)
+
+    def one(a, b, c, d, e, f, x):
+        return torch.stack([a, b, c, d, e, f]).matmul(x).sum()
+
+    def two(a, b, c, d, e, f, x):
+        return torch.stack([a, b, c]).matmul(x).sum() + torch.stack([d, e, f]).matmul(x).sum()
+
+    assert param_pack.pack_parameters(torch.fx.symbolic_trace(one), [*ps, x]) is not None  # all six in one buffer
+    gm, _inputs, packs = param_pack.pack_parameters(torch.fx.symbolic_trace(two), [*ps, x])
+    assert len(packs.packs) == 2
+    assert len({p.buffer.untyped_storage().data_ptr() for p in packs.packs}) == 1  # two packs, one storage
+    for k in (0, 5):  # a parameter of the first pack, then of the second
+        out = packs.wrap(gm.forward)(*ps, x)
+        with torch.no_grad():
+            ps[k].mul_(2.0)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            out.backward()

@@ -333,8 +333,10 @@ class ParameterPacks:
             packed = inputs(args)
             if not torch.is_grad_enabled() or torch._C._autograd._top_saved_tensors_default_hooks(False) is not None:
                 return compiled(*packed)  # no gradient, or the user's saved-tensor hooks: eager checks no versions
-            with _SavedVersions({p.buffer.untyped_storage().data_ptr(): [args[i] for i in p.positions]
-                                 for p in packs}):
+            buffers: dict[int, list[torch.Tensor]] = {}
+            for p in packs:  # packs may share one storage (an earlier compile packed their union in one buffer)
+                buffers.setdefault(p.buffer.untyped_storage().data_ptr(), []).extend(args[i] for i in p.positions)
+            with _SavedVersions(buffers):
                 return compiled(*packed)
 
         packed_call._optimus_packs = self  # for tests and reports
