@@ -250,29 +250,30 @@ class _SavedVersions(torch.autograd.graph.saved_tensors_hooks):
 
     Packing makes each parameter a view of the buffer by ``p.data = buffer[i]``, which leaves the parameter its
     own version counter: without these hooks an in-place update of a parameter between forward and backward
-    would reach the saved buffer unseen and backward would use the new weights. The hooks chain to the
-    saved-tensor hooks active around the call (activation offloading, checkpointing), which keep working.
+    would reach the saved buffer unseen and backward would use the new weights. Used only where no other
+    saved-tensor hooks are active: under the user's own (activation offloading, checkpointing) eager checks
+    no versions, the user's hook holds what was saved, and the packed graph's tensors go to it unchanged
+    (:meth:`ParameterPacks.wrap`).
 
     Args:
-        buffers: ``untyped_storage().data_ptr()`` of each pack's buffer -> a getter of the parameters that are
-            views of it from the call's arguments (``operator.itemgetter`` of their positions).
+        buffers: ``untyped_storage().data_ptr()`` of each pack's buffer -> the getters of the parameters that are
+            views of it from the call's arguments (``operator.itemgetter`` of their positions; one per pack).
         args: the call's arguments (the original graph's inputs).
     """
 
-    def __init__(self, buffers: dict[int, Callable], args: Sequence[Any]) -> None:
-        outer = torch._C._autograd._top_saved_tensors_default_hooks(False)
-
+    def __init__(self, buffers: dict[int, list[Callable]], args: Sequence[Any]) -> None:
         def pack(t):
-            held = outer[0](t) if outer else t
             try:
-                get = buffers.get(t.untyped_storage().data_ptr())
+                getters = buffers.get(t.untyped_storage().data_ptr())
             except (RuntimeError, NotImplementedError):  # a tensor without storage (sparse, nested)
-                get = None
-            if get is None:
-                return held, None, None
-            params = get(args)
-            params = params if isinstance(params, tuple) else (params,)
-            return held, params, [p._version for p in params]
+                getters = None
+            if getters is None:
+                return t, None, None
+            params = []
+            for get in getters:  # packs may share one storage (an earlier compile packed their union)
+                got = get(args)
+                params.extend(got if isinstance(got, tuple) else (got,))
+            return t, params, [p._version for p in params]
 
         def unpack(saved):
             held, params, versions = saved
@@ -281,7 +282,7 @@ class _SavedVersions(torch.autograd.graph.saved_tensors_hooks):
                     "one of the variables needed for gradient computation has been modified by an inplace "
                     "operation: a parameter that optimus_eq packed into one buffer was written between forward "
                     "and backward (eager raises the same error)")
-            return outer[1](held) if outer else held
+            return held
 
         super().__init__(pack, unpack)
 
@@ -359,8 +360,10 @@ class ParameterPacks:
         """The saved-tensor hooks of one call with grad mode on (:class:`_SavedVersions`); the table of
         buffers and their parameters is built once per layout (after a re-pack, again)."""
         if self._versions is None:
-            self._versions = {p.buffer.untyped_storage().data_ptr(): operator.itemgetter(*p.positions)
-                              for p in self.packs}
+            self._versions = {}
+            for p in self.packs:  # packs may share one storage: every pack's parameters are checked
+                self._versions.setdefault(p.buffer.untyped_storage().data_ptr(), []).append(
+                    operator.itemgetter(*p.positions))
         return _SavedVersions(self._versions, args)
 
     def wrap(self, compiled: Callable) -> Callable:
@@ -369,8 +372,8 @@ class ParameterPacks:
 
         def packed_call(*args):  # Dynamo calls a backend's callable with the graph's inputs as arguments
             packed = inputs(args)
-            if not torch.is_grad_enabled():
-                return compiled(*packed)
+            if not torch.is_grad_enabled() or torch._C._autograd._top_saved_tensors_default_hooks(False) is not None:
+                return compiled(*packed)  # no gradient, or the user's saved-tensor hooks: eager checks no versions
             with saved_versions(args):
                 return compiled(*packed)
 

@@ -42,8 +42,10 @@ so each row's count is the count in its own table's ids. Not for bags: eager CPU
 does not divide by the row's count (ids [[0, 0], [2, 0]]: row 0 gets 3 x 1/3, row 2 gets 1/3), so its
 result depends on more than the counts, and bags with it are left alone.
 
-Left alone (no group key): ``max_norm`` (it renormalizes the weight in place; the translator keeps such
-calls opaque, :func:`optimus_bridge.vocab.is_mutation`), ``sparse=True`` (sparse gradients), weights
+Left alone (no group key): lookups with an empty result (no ids, no bags: two of them would be one empty row
+block of the fused output, one e-class, and a table's gradient would be lost), ``max_norm``
+(it renormalizes the weight in place; the translator keeps such calls opaque,
+:func:`optimus_bridge.vocab.is_mutation`), ``sparse=True`` (sparse gradients), weights
 other than 2-D or of symbolic size, and bags of 1-D ids with offsets under a symbolic batch (the offsets'
 shifts would be symbolic id counts).
 
@@ -165,6 +167,8 @@ def _bag_parts(m) -> dict:
     xs, ws = m.in_shapes[x], m.in_shapes[wt]
     if xs is None or ws is None or len(ws) != 2 or m.shape is None or len(m.shape) != 2:
         raise ValueError("shapes")
+    if 0 in m.shape:  # two empty results would be one empty row block of the fused output (one e-class), and
+        raise ValueError("empty")  # one table's gradient would be lost (None where eager's is zeros)
     sym = _symbolic_rows(m, x, wt, True)
     if sym is not None and (off is not None or len(xs) != 2):
         raise ValueError("symbolic sizes: 2-D ids only")  # 1-D: offsets shifted by symbolic id counts
@@ -318,6 +322,8 @@ def _embedding_parts(m) -> tuple[int, int, int, bool, bool]:
     xs, ws = m.in_shapes[x], m.in_shapes[wt]
     if xs is None or ws is None or len(ws) != 2 or m.shape != tuple(xs) + (ws[1],) or not is_static(ws):
         raise ValueError("shapes")
+    if 0 in m.shape:  # an empty result: see _bag_parts
+        raise ValueError("empty")
     return x, wt, ws[1], freq, not is_static(xs)
 
 

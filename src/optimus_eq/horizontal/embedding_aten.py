@@ -60,6 +60,8 @@ def _forward_parts(m) -> int:
     ws, xs = m.in_shapes[0], m.in_shapes[1]
     if len(ws) != 2 or tuple(m.shape) != tuple(xs) + (ws[1],):
         raise ValueError("shapes")
+    if 0 in m.shape:  # an empty result (embedding.py's _bag_parts says why)
+        raise ValueError("empty")
     return ws[1]
 
 
