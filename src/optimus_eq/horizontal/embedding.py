@@ -76,14 +76,25 @@ EMBEDDING_PARAMS = ("input", "weight", "padding_idx", "max_norm", "norm_type", "
 MODES = ("sum", "mean", "max")
 
 
-def _shift(t: torch.Tensor, s, pad, pad_to: int | None) -> torch.Tensor:
-    """``t + s``, with the ids equal to ``pad`` mapped to ``pad_to`` instead (``pad`` None: none are)."""
+def _shift(t: torch.Tensor, s, pad, pad_to: int | None, limit=None, bad: int | None = None) -> torch.Tensor:
+    """``t + s``, with the ids equal to ``pad`` mapped to ``pad_to`` instead (``pad`` None: none are), and,
+    with ``limit``, every id outside ``[0, limit)`` (and not ``pad``) mapped to ``bad``: the fused table's
+    row count, which the fused lookup rejects as eager rejects the id in its own table (never a neighbouring
+    table's row)."""
     if pad is None or pad_to is None:
-        return t + s if not isinstance(s, int) or s else t
-    return torch.where(t == pad, pad_to, t + s)
+        y = t + s if not isinstance(s, int) or s else t
+    else:
+        y = torch.where(t == pad, pad_to, t + s)
+    if limit is None:
+        return y
+    ok = (t >= 0) & (t < limit)
+    if pad is not None:
+        ok = ok | (t == pad)
+    return torch.where(ok, y, bad)
 
 
-def shifted_cat(tensors: list, shifts: tuple, pads: tuple | None = None, pad_to: int | None = None) -> torch.Tensor:
+def shifted_cat(tensors: list, shifts: tuple, pads: tuple | None = None, pad_to: int | None = None,
+                limits: tuple | None = None, bad: int | None = None) -> torch.Tensor:
     """``torch.cat([t + s for t, s in zip(tensors, shifts)], 0)``: 1-D ids or offsets, or the 2-D ids of
     bags of one size (``[B_i, L]`` -> ``[sum B_i, L]``).
 
@@ -92,16 +103,20 @@ def shifted_cat(tensors: list, shifts: tuple, pads: tuple | None = None, pad_to:
         shifts: one Python int per tensor, added to each of its elements (0: copied as it is).
         pads, pad_to: one padding id per tensor (or None): its elements equal to it become ``pad_to``
             instead of being shifted (the fused embedding bag's one padding row).
+        limits, bad: ids only: one row count per tensor; an element outside ``[0, limit)`` becomes ``bad``
+            (the fused table's row count: the fused lookup raises where eager raises, :func:`_shift`).
 
     Returns:
         The concatenation along dim 0 (a new tensor, never an alias), in the inputs' dtype.
     """
     pads = pads if pads is not None else (None,) * len(tensors)
-    return torch.cat([_shift(t, s, p, pad_to) for t, s, p in zip(tensors, shifts, pads)], 0)
+    limits = limits if limits is not None else (None,) * len(tensors)
+    return torch.cat([_shift(t, s, p, pad_to, lim, bad) for t, s, p, lim in zip(tensors, shifts, pads, limits)], 0)
 
 
 def select_shifted_cat(x: torch.Tensor, dim: int, shifts: tuple, pads: tuple | None = None,
-                       pad_to: int | None = None, start: int = 0) -> torch.Tensor:
+                       pad_to: int | None = None, start: int = 0, limits: tuple | None = None,
+                       bad: int | None = None) -> torch.Tensor:
     """:func:`shifted_cat` of the consecutive selects ``x.select(dim, start + i) + shifts[i]`` for
     ``i < len(shifts)``, as one pointwise op over that slice of ``x`` (DLRM's ids ``sparse[:, f]``: one
     kernel, where a cat of many inputs is one copy kernel per input in Inductor).
@@ -113,6 +128,7 @@ def select_shifted_cat(x: torch.Tensor, dim: int, shifts: tuple, pads: tuple | N
         shifts: one Python int per select.
         pads, pad_to: as :func:`shifted_cat`.
         start: the index of the first select.
+        limits, bad: as :func:`shifted_cat`.
 
     Returns:
         ``[len(shifts) * s0, *rest]`` where ``x.select(dim, i)`` is ``[s0, *rest]``.
@@ -121,12 +137,15 @@ def select_shifted_cat(x: torch.Tensor, dim: int, shifts: tuple, pads: tuple | N
     view = (-1,) + (1,) * (y.dim() - 1)
     s = torch.tensor(shifts, dtype=x.dtype, device=x.device).view(view)
     p = None if pads is None else torch.tensor(pads, dtype=x.dtype, device=x.device).view(view)
-    return _shift(y, s, p, pad_to).reshape((-1,) + tuple(y.shape[2:]))
+    lim = None if limits is None else torch.tensor(limits, dtype=x.dtype, device=x.device).view(view)
+    return _shift(y, s, p, pad_to, lim, bad).reshape((-1,) + tuple(y.shape[2:]))
 
 
-def flat_shifted_cat(tensors: list, shifts: tuple) -> torch.Tensor:
-    """:func:`shifted_cat` of every tensor flattened to 1-D (``F.embedding``'s ids of any shape)."""
-    return torch.cat([t.reshape(-1) + s if s else t.reshape(-1) for t, s in zip(tensors, shifts)], 0)
+def flat_shifted_cat(tensors: list, shifts: tuple, limits: tuple | None = None, bad: int | None = None) -> torch.Tensor:
+    """:func:`shifted_cat` of every tensor flattened to 1-D (``F.embedding``'s ids of any shape); ``limits``
+    and ``bad`` as there."""
+    limits = limits if limits is not None else (None,) * len(tensors)
+    return torch.cat([_shift(t.reshape(-1), s, None, None, lim, bad) for t, s, lim in zip(tensors, shifts, limits)], 0)
 
 
 def _symbolic_rows(m, x: int, wt: int, bags: bool) -> tuple | None:
@@ -207,9 +226,15 @@ def embedding_bag_key(m):
             p["pad"] is not None, p["freq"], p["x"], p["w"], p["off"], p["psw"], p["sym"], m.types)
 
 
-def _shifted(w, handles: list, shifts: list, shape, types, flat: bool = False, pads=None, pad_to=None) -> int:
+def _shifted(w, handles: list, shifts: list, shape, types, flat: bool = False, pads=None, pad_to=None,
+             rows=None) -> int:
+    """:func:`shifted_cat` (``flat``: :func:`flat_shifted_cat`) of ``handles``; ``rows`` (ids only): each
+    table's row count, so that an id outside its own table is rejected by the fused lookup (:func:`_shift`)."""
     fn = flat_shifted_cat if flat else shifted_cat
     extra = () if pads is None else (tuple(pads), pad_to)
+    if rows is not None:
+        extra = ((tuple(rows), sum(rows)) if flat else
+                 (None if pads is None else tuple(pads), pad_to, tuple(rows), sum(rows)))
     recipe = _recipe(fn.__name__, fn, (list(_slots(len(handles))), tuple(shifts)) + extra)
     t = types  # (dtype, device) of the ids (or offsets)
     key = w.key(f"{fn.__name__}{tuple(shifts)}{extra}", recipe, ((t,) * len(handles), t))
@@ -232,15 +257,16 @@ def _selects_of_one(w, members, x: int):
     return base
 
 
-def _shifted_ids(w, members, x: int, starts: list, shape, types, pads=None, pad_to=None) -> int:
-    """The members' ids, each shifted by its table's row start, concatenated along dim 0: one
-    :func:`select_shifted_cat` over their base when they are consecutive selects of one tensor, else
-    :func:`shifted_cat`."""
+def _shifted_ids(w, members, x: int, starts: list, shape, types, pads=None, pad_to=None, rows=None) -> int:
+    """The members' ids, each shifted by its table's row start (and checked against its ``rows``),
+    concatenated along dim 0: one :func:`select_shifted_cat` over their base when they are consecutive
+    selects of one tensor, else :func:`shifted_cat`."""
     one = _selects_of_one(w, members, x)
     if one is None or len(shape) > 2:
-        return _shifted(w, [w.handle(m.inputs[x]) for m in members], starts, shape, types, pads=pads, pad_to=pad_to)
+        return _shifted(w, [w.handle(m.inputs[x]) for m in members], starts, shape, types, pads=pads, pad_to=pad_to,
+                        rows=rows)
     base, d, j = one
-    extra = (None if pads is None else tuple(pads), pad_to, j)
+    extra = (None if pads is None else tuple(pads), pad_to, j, tuple(rows), sum(rows))
     recipe = _recipe("select_shifted_cat", select_shifted_cat, (_slots(1)[0], d, tuple(starts)) + extra)
     key = w.key(f"select_shifted_cat{d}{tuple(starts)}{extra}", recipe, ((types,), types))
     return w.apply(key, [w.handle(base)], shape)
@@ -262,7 +288,7 @@ def build_embedding_bag(w, members) -> None:
     ids_shape = (n_ids,) + xs[0][1:]
     pads = [_bag_parts(m)["pad"] for m in members] if p["pad"] is not None else None
     pad_to = starts[0] + pads[0] if pads is not None else None
-    args = [_shifted_ids(w, members, x, starts, ids_shape, types_in[x], pads, pad_to), W]
+    args = [_shifted_ids(w, members, x, starts, ids_shape, types_in[x], pads, pad_to, rows), W]
     slots = {"input": 0, "weight": 1}
     if off is not None:
         lens = [m.in_shapes[off][0] for m in members]
@@ -360,7 +386,7 @@ def build_embedding(w, members) -> None:
     counts = [prod_sizes(w, s) for s in shapes]
     one = len(set(shapes)) == 1
     total = prod_sizes(w, (len(members), counts[0])) if one else sum(counts)
-    ids = _shifted(w, [w.handle(m.inputs[x]) for m in members], starts, (total,), types_in[x], flat=True)
+    ids = _shifted(w, [w.handle(m.inputs[x]) for m in members], starts, (total,), types_in[x], flat=True, rows=rows)
     recipe = _recipe("embedding", F.embedding, (_slots(2)), {"scale_grad_by_freq": True} if freq else {})
     key = w.key(f"batch_embedding:{freq}", recipe, ((types_in[x], types_in[wt]), types_out))
     Y = w.apply(key, [ids, W], (total, dim))
