@@ -126,6 +126,8 @@ def _extract(view, roots, forced_nodes, model, method, seconds, ilp_max_nodes, m
         fast_needed = p.plan_classes(fast, rroots) if moves else tree_needed
         fast_cost = sum(p.cost[fast[c]] for c in fast_needed)
         stats.update(refine_moves=moves, fast_cost=fast_cost, fast_s=time.perf_counter() - t0)
+        notes.append(f"fast plan: tree extraction ({tree_cost:.6g} us) + local search, {moves} moves "
+                     f"({fast_cost:.6g} us); {int(choice.sum())} choice classes")
         lap("refine")
         if moves:
             method_used = "tree+refine"
@@ -284,8 +286,9 @@ def _exact(p, prep, method, ilp_max_nodes, max_rounds, end, fast, used, pick, st
         notes.append("fast plan within " + (f"{100 * worst:.2g}%" if worst < float("inf") else "an unknown gap")
                      + " of the optimum on the components over the limit (lower bound)")
     if solved:
-        notes.append(f"exact: {solved}/{len(groups)} components ({stats['exact_distinct']} distinct), {optimal} "
-                     f"proven optimal, {improved} improved on the fast plan")
+        notes.append(f"exact: {solved}/{len(groups)} components ({stats['exact_distinct']} distinct, up to "
+                     f"{max(n for n, _ in firsts)} e-nodes), {optimal} proven optimal, {improved} improved on the "
+                     f"fast plan")
     if groups and optimal == solved and solved + len(closed) == len(groups):  # every component proven optimal
         return "ilp", rounds
     if solved:
