@@ -2,8 +2,9 @@
 
 Each iteration runs the analyses to a fixpoint, then every pattern's rules once; rules add
 alternatives and remove nothing, so no rewrite can block a better one later and there is no pass
-order to choose; a pattern whose rules all belong to other patterns run (an alias) is not run again. The search stops at saturation or at a limit (:class:`optimus_eq.egraph.Limits`);
-a cost model then extracts the cheapest graph.
+order to choose; a pattern whose rules all belong to other patterns run (an alias) is not run again.
+The search stops at saturation or at a limit (:class:`optimus_eq.egraph.Limits`); a cost model then
+extracts the cheapest graph.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ def distinct_rulesets(patterns: Sequence[Pattern]) -> list[Pattern]:
     owned by another pattern selected, the owner of a body being the pattern whose rule for it has the shortest
     name (:func:`optimus_eq.registry.renamed` prefixes a copy's name), the first on a tie.
 
-    An alias (``split_cat_to_slices_pass``: the rules of ``split_cat_pass``, ``merge_getitem_cat_pass`` and
-    ``mutate_cat_pass`` renamed) adds nothing to a saturation that runs the patterns it copies: the same
-    rewrites reach the same e-graph, and run twice per iteration they cost the second saturation of
-    ``branches:50000`` 1.2 CPU s of egglog's search (issue 9). An alias selected without the patterns it copies
-    keeps its rules, and its firings."""
+    An alias (a pattern of the split/cat family that holds the run algebra's rules of three others, renamed,
+    as upstream has a pass of its own for them) adds nothing to a saturation that runs the patterns it copies:
+    the same rewrites reach the same e-graph, and run twice per iteration they cost the second saturation of
+    ``branches:50000`` 1.2 CPU s of egglog's search (issue 9). An alias selected without the patterns it
+    copies keeps its rules, and its firings."""
     owner: dict = {}
     for i, p in enumerate(patterns):
         for r in p.rules:
