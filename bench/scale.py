@@ -179,6 +179,10 @@ def run_case(size: int | str, strategy: str, repeats: int = 1, warmup: bool = Tr
         small, small_inputs = make_rec_graph(num_fields=8, layers=8)
         t0 = time.perf_counter()
         optimus_eq.optimize(small, small_inputs, strategy=strategy, patterns=patterns)
+        if strategy == "eqsat":  # HiGHS, imported by the first exact solve (the small graph may need none)
+            from optimus_eq.extract.ilp import load_solver
+
+            load_solver()
         rec["warmup_s"] = time.perf_counter() - t0
 
     walls, cpus, best = [], [], None

@@ -298,7 +298,16 @@ class _HighsUnavailable(Exception):
     pass
 
 
-_HIGHS: list = []  # the bindings, loaded on first use (importing scipy.optimize takes ~0.5 s)
+_HIGHS: list = []  # the bindings, loaded on first use (importing scipy.optimize takes ~0.3-0.5 s)
+
+
+def load_solver() -> None:
+    """Import HiGHS and scipy.sparse now (once per process, ~0.3-0.5 s), so that no exact solve's time budget
+    pays for it: DHEN's first solve (774 e-nodes, a 0.44 s budget) hit its limit importing, and the fast plan
+    was kept where the solve takes 0.05 s."""
+    import scipy.sparse  # noqa: F401  (csc_matrix, in _milp)
+
+    _highs()
 
 
 def _highs():

@@ -20,20 +20,20 @@ DROP_MAX_CLASSES = 16
 
 
 def _refine(p: _Problem, pick: list[int], rroots: list[int], prep: _Prepared, deadline: float,
-            passes: int = 3) -> int:
+            passes: int = 3, needed: list[int] | None = None) -> int:
     """DAG-aware local search on ``pick`` (class -> e-node, in place). Returns the number of moves.
 
     Reference counts say which classes the plan uses; a move re-chooses one used class when the exact
     change of the DAG cost is negative (e-nodes left unused are saved, classes newly used are paid once)
     and the new e-node's sub-plan does not reach the class (checked only inside its strongly connected
     component, where all cycles lie). ``pick`` must be acyclic over all classes (the tree choice is), and
-    stays so.
+    stays so. ``needed``: ``p.plan_classes(pick, rroots)`` when the caller has it already.
     """
     C = len(p.cids)
     kids, cost = p.kids, p.cost
     scc, cyclic = prep.scc.tolist(), prep.cyclic.tolist()
     refs = [0] * C
-    for c in p.plan_classes(pick, rroots):
+    for c in (p.plan_classes(pick, rroots) if needed is None else needed):
         for k in kids[pick[c]]:
             refs[k] += 1
     for r in set(rroots):

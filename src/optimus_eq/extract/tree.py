@@ -84,16 +84,15 @@ class _Problem:
     def tree(self) -> list[int]:
         """Tree-cost choice per class (-1: no acyclic derivation), forced e-nodes respected."""
         C = len(self.cids)
-        parents: list[list[int]] = [[] for _ in range(C)]
-        pending = list(map(len, self.kids))
-        heap: list[tuple[float, int]] = []
         cost, kids, ncls, forced = self.cost, self.kids, self.ncls, self.forced
-        for i, ks in enumerate(kids):
-            if ks:
-                for c in ks:
-                    parents[c].append(i)
-            else:
-                heap.append((cost[i], i))
+        # the e-nodes reading each class, in e-node order (a repeated child repeats its reader), as one flat
+        # list and offsets: sorted with numpy rather than appended to C lists one edge at a time
+        flat, enode = self.flat, self.enode
+        by_child = np.argsort(flat, kind="stable")
+        parents = enode[by_child].tolist()
+        start = np.searchsorted(flat[by_child], np.arange(C + 1)).tolist()
+        pending = list(map(len, kids))
+        heap: list[tuple[float, int]] = [(cost[i], i) for i, n in enumerate(pending) if not n]
         heapq.heapify(heap)
         pop, push = heapq.heappop, heapq.heappush
         best = [0.0] * C
@@ -107,9 +106,9 @@ class _Problem:
             if f is not None and f != i:
                 continue
             choice[c], best[c] = i, cst
-            for q in parents[c]:
+            for q in parents[start[c]:start[c + 1]]:
                 pending[q] -= 1
-                if pending[q] == 0:
+                if not pending[q] and choice[ncls[q]] < 0:  # (a decided class would skip it when popped)
                     push(heap, (cost[q] + sum([best[k] for k in kids[q]]), q))
         return choice
 

@@ -245,16 +245,20 @@ class EGraphView:
         kernel (:mod:`optimus_eq.extract.fusion`, when ``op_kinds`` is set and the model's ``fusion``) pay
         :meth:`GPUCostModel.fused_cost` instead (and ``fused_backward_cost``)."""
         by_shape: dict = {}  # shape -> numel: a few hundred distinct shapes among 10^5 classes
+        by_id: dict = {}     # id of a shape tuple -> numel (from_egraph shares one tuple per egglog vector)
         sizes: dict = {}
         for c, s in self.shapes.items():
-            n = by_shape.get(s, by_shape)
-            if n is by_shape:
-                n = by_shape[s] = numel(s)
+            n = by_id.get(id(s))
+            if n is None:
+                n = by_shape.get(s)
+                if n is None:
+                    n = by_shape[s] = numel(s)
+                by_id[id(s)] = n
             sizes[c] = n
         memo: dict = {}
+        get = sizes.get
         for nid, node in self.nodes.items():
-            get = sizes.get
-            key = (node.op, get(node.eclass), tuple([get(c) for c in node.children]), nid in forced)
+            key = (node.op, get(node.eclass), tuple(map(get, node.children)), nid in forced)
             cost = memo.get(key)
             if cost is None:
                 cost = memo[key] = model.node_cost(key[0], key[1], list(key[2]), key[3])
