@@ -201,10 +201,7 @@ def test_two_packs_on_one_storage_both_see_an_in_place_write():
 # back with requires_grad=True (eager's is False). The meta that optimize() computes for such graphs
 # (graph_meta._ensure_meta, FakeTensorProp) holds detached FakeTensors, so the gradient signatures that keep such
 # members apart (PlanGraph.grad_signature) see a forward-only graph. Dynamo's graphs carry requires_grad in
-# their meta and are not affected.
-@pytest.mark.xfail(strict=True, reason="optimize() on a symbolic_trace graph loses the example inputs' requires_grad "
-                   "(graph_meta._ensure_meta's FakeTensorProp stores detached values), so greedy batches a detached "
-                   "member with one that requires grad and the detached member's output requires grad")
+# their meta and are not affected. Fixed in graph_meta._ensure_meta: the computed meta keeps requires_grad.
 def test_fx_graph_with_inputs_requiring_grad_keeps_a_detached_member_apart():
     from conftest import check
 

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Sequence
 
 import torch
@@ -26,7 +27,9 @@ def _ensure_meta(gm: GraphModule, example_inputs: Sequence | None, level: str = 
     meta: it does not make the graph lack meta, nor does ``_enter_autocast``, whose mode object only
     ``_exit_autocast`` reads. Rerunning FakeTensorProp over dynamo's meta would lose its
     ``requires_grad`` (FakeTensorProp stores detached FakeTensors), which training pricing
-    (:func:`optimus_bridge.grad_facts.gradient_info`) and split lowering read.
+    (:func:`optimus_bridge.grad_facts.gradient_info`), the horizontal groups' gradient signatures and split
+    lowering read; the meta computed here keeps it (``_grad_fake_tensor_prop``: an input that requires grad
+    makes the nodes that depend on it differentiably require grad, a ``detach`` does not).
 
     Raises:
         ValueError: the graph has no meta and no ``example_inputs`` came (inside ``optimize``'s fail-safe:
@@ -39,15 +42,40 @@ def _ensure_meta(gm: GraphModule, example_inputs: Sequence | None, level: str = 
         raise ValueError("the graph has no FakeTensor meta (torch.fx.symbolic_trace graphs have none); pass "
                          "example_inputs, one value per placeholder")
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
     mode = torch._guards.detect_fake_mode(example_inputs) or FakeTensorMode(allow_non_fake_inputs=True)
     gm = GraphModule(gm, copy.deepcopy(gm.graph), class_name=type(gm).__name__)
-    FakeTensorProp(gm, mode).propagate(*example_inputs)
+    _grad_fake_tensor_prop()(gm, mode).propagate(*example_inputs)
     for n in gm.graph.nodes:
         if "val" in n.meta:
             n.meta.setdefault("example_value", n.meta["val"])
     return gm
+
+
+@functools.lru_cache(maxsize=None)
+def _grad_fake_tensor_prop():
+    """The FakeTensorProp subclass :func:`_ensure_meta` runs (built on first use: torch.fx.passes is not
+    imported with this module)."""
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    class _GradFakeTensorProp(FakeTensorProp):
+        """FakeTensorProp whose ``val`` meta keeps each tensor's ``requires_grad`` (the stored snapshot is a
+        detached FakeTensor; the live result, run in the caller's grad mode, knows whether it requires grad)."""
+
+        def run_node(self, n):
+            result = super().run_node(n)
+            val = n.meta.get("val")
+            if isinstance(result, torch.Tensor) and isinstance(val, torch.Tensor) and result.requires_grad \
+                    and not val.requires_grad:
+                n.meta["val"] = val.requires_grad_(True)
+            elif isinstance(result, (tuple, list)) and isinstance(val, (tuple, list)) and len(val) == len(result):
+                for r, v in zip(result, val):
+                    if isinstance(r, torch.Tensor) and isinstance(v, torch.Tensor) and r.requires_grad \
+                            and not v.requires_grad:
+                        v.requires_grad_(True)
+            return result
+
+    return _GradFakeTensorProp
 
 
 def _has_meta(gm: GraphModule, level: str) -> bool:
