@@ -8,29 +8,9 @@ import torch
 from torch import nn
 
 import optimus_eq
+from test_breaker_1202 import _pair  # the six-branch model whose Linear/LayerNorm stacks get packed
 
 F64 = torch.float64
-
-
-class _Branches(nn.Module):
-    """Six Linear -> LayerNorm -> relu branches over the column blocks of one input (packed stacks)."""
-
-    def __init__(self, n: int = 6, d: int = 4) -> None:
-        super().__init__()
-        self.d = d
-        self.lins = nn.ModuleList(nn.Linear(d, d, dtype=F64) for _ in range(n))
-        self.norms = nn.ModuleList(nn.LayerNorm(d, dtype=F64) for _ in range(n))
-
-    def forward(self, x):
-        pieces = torch.split(x, self.d, dim=1)
-        return torch.cat([torch.relu(n(lin(p))) for lin, n, p in zip(self.lins, self.norms, pieces)], dim=1)
-
-
-def _pair():
-    torch.manual_seed(0)
-    m = _Branches()
-    torch.manual_seed(0)
-    return m, _Branches()
 
 
 def _packed_training(m):

@@ -266,7 +266,7 @@ def _shifted_ids(w, members, x: int, starts: list, shape, types, pads=None, pad_
         return _shifted(w, [w.handle(m.inputs[x]) for m in members], starts, shape, types, pads=pads, pad_to=pad_to,
                         rows=rows)
     base, d, j = one
-    extra = (None if pads is None else tuple(pads), pad_to, j, tuple(rows), sum(rows))
+    extra = (None if pads is None else tuple(pads), pad_to, j) + ((tuple(rows), sum(rows)) if rows is not None else ())
     recipe = _recipe("select_shifted_cat", select_shifted_cat, (_slots(1)[0], d, tuple(starts)) + extra)
     key = w.key(f"select_shifted_cat{d}{tuple(starts)}{extra}", recipe, ((types,), types))
     return w.apply(key, [w.handle(base)], shape)
