@@ -3,6 +3,7 @@ entry point) and :func:`backend` for options."""
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Mapping
 from typing import Callable
@@ -97,7 +98,12 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
         if pre_grad:
             call_options = optimize_options
             if "cost_model" not in optimize_options:
-                call_options = {**optimize_options, "cost_model": cost_model_for(patches, example_inputs)}
+                call_options = {**optimize_options, "cost_model": cost_model_for(patches, example_inputs,
+                                                                                 pack_parameters)}
+            elif pack_parameters and isinstance(optimize_options["cost_model"], GPUCostModel):
+                # the stacks this backend packs are views: priced as such in the user's constants too
+                call_options = {**optimize_options, "cost_model": dataclasses.replace(
+                    optimize_options["cost_model"], packed_parameters=True)}
             optimized, report = api.optimize(gm, example_inputs, strategy=strategy, **call_options)
             report.notes.extend(notes)
         else:
@@ -194,13 +200,16 @@ def uses_cudagraphs(patches: dict) -> bool:
     return bool(inductor_config.triton.cudagraphs)
 
 
-def cost_model_for(patches: dict, example_inputs=None):
+def cost_model_for(patches: dict, example_inputs=None, packed_parameters: bool = False):
     """The cost model for a compile with these Inductor config patches: the CUDA-graph model
     (:meth:`optimus_eq.cost.GPUCostModel.cudagraph`: 2.3 us per kernel) when the graph will be replayed as
     a CUDA graph, else the default (23.3 us per kernel launched). Inductor records CUDA graphs only for
-    graphs on CUDA: with ``example_inputs`` given and none of its tensors on a CUDA device, the default."""
+    graphs on CUDA: with ``example_inputs`` given and none of its tensors on a CUDA device, the default.
+    ``packed_parameters``: the backend packs stacked parameters (``GPUCostModel.packed_parameters``)."""
     on_cuda = example_inputs is None or _on_cuda(example_inputs)
-    return GPUCostModel.cudagraph() if uses_cudagraphs(patches) and on_cuda else GPUCostModel()
+    if uses_cudagraphs(patches) and on_cuda:
+        return GPUCostModel.cudagraph(packed_parameters=packed_parameters)
+    return GPUCostModel(packed_parameters=packed_parameters)
 
 
 def _on_cuda(example_inputs) -> bool:

@@ -245,11 +245,25 @@ def _roots_and_forced(view: EGraphView, tr) -> tuple[list, set]:
     return roots, forced
 
 
-def _objective(tr, cost_model, gradients=None):
+def _packable(tr, example_inputs, cost_model) -> frozenset:
+    """Term ids of the placeholders whose example input is an ``nn.Parameter`` (``EGraphView.packable``),
+    when ``cost_model`` prices packed parameters (``GPUCostModel.packed_parameters``); else empty."""
+    if not getattr(cost_model, "packed_parameters", False):
+        return frozenset()
+    import torch
+
+    placeholders = [n for n in tr.gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(example_inputs):
+        return frozenset()
+    return frozenset(tr.node_id[n] for n, x in zip(placeholders, example_inputs)
+                     if type(x) is torch.nn.Parameter and n in tr.node_id)
+
+
+def _objective(tr, cost_model, gradients=None, packable=frozenset()):
     """``egraph -> (DAG cost of its tree extraction, plan fingerprint)``, for searches that rank graphs."""
     def objective(egraph):
         view = EGraphView.from_egraph(egraph)
-        view.gradients, view.op_kinds = gradients, op_kinds(tr.recipes)
+        view.gradients, view.op_kinds, view.packable = gradients, op_kinds(tr.recipes), packable
         roots, forced = _roots_and_forced(view, tr)
         ex = extract(view, roots, forced, cost_model, method="tree")
         return ex.dag_cost, fingerprint(view, roots, ex.choice)
@@ -280,8 +294,9 @@ class _Plans:
     """
 
     def __init__(self, tr, phases: list, cost_model, method: str, seconds: float, ilp_max_nodes: int,
-                 gradients=None, deadline: float | None = None) -> None:
+                 gradients=None, deadline: float | None = None, packable: frozenset = frozenset()) -> None:
         self.tr, self.phases, self.gradients, self.deadline = tr, phases, gradients, deadline
+        self.packable = packable
         self.cost_model, self.method, self.seconds, self.ilp_max_nodes = cost_model, method, seconds, ilp_max_nodes
         self.spent = 0.0       # seconds spent reading and extracting
         self.cpu_spent = 0.0   # the same in CPU seconds of this process
@@ -296,7 +311,7 @@ class _Plans:
         t0, c0 = time.perf_counter(), time.process_time()
         for restore in (False, True, "all"):
             view = EGraphView.from_egraph(egraph, restore_subsumed=restore)
-            view.gradients, view.op_kinds = self.gradients, op_kinds(self.tr.recipes)
+            view.gradients, view.op_kinds, view.packable = self.gradients, op_kinds(self.tr.recipes), self.packable
             if view.inconsistent:
                 raise RuntimeError(f"inconsistent e-graph ({view.inconsistent[0]})")
             roots, forced = _roots_and_forced(view, self.tr)
@@ -373,11 +388,12 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
         describe = getattr(cost_model, "describe", None)
         report.cost_model = describe(training=gradients is not None) if describe else type(cost_model).__name__
         report.training = gradients is not None
-        plans = _Plans(tr, phases, cost_model, extractor, ilp_seconds, ilp_max_nodes, gradients, deadline)
+        packable = _packable(tr, example_inputs, cost_model)
+        plans = _Plans(tr, phases, cost_model, extractor, ilp_seconds, ilp_max_nodes, gradients, deadline, packable)
         hctx = HorizontalContext(tr, plans, pattern_options or {}, level=level, grad_facts=grad_facts,
                                   eager_terms=eager_terms)
         if chosen.needs_objective:
-            strategy_options.setdefault("objective", _objective(tr, cost_model, gradients))
+            strategy_options.setdefault("objective", _objective(tr, cost_model, gradients, packable))
 
         horizontal_s = [0.0, 0.0]  # wall, CPU
 

@@ -99,6 +99,12 @@ class GPUCostModel:
         training: price the backward of graphs that will be differentiated (False: forward only).
         fusion: credit Inductor's fusion of pointwise chains and of a reduction after them (module doc;
             False: every op is a kernel of its own, the model before issue 15).
+        packed_parameters: a ``Cat`` of parameters along dim 0 (a stack or a cat of the graph's
+            ``nn.Parameter`` inputs) is free, a view: ``optimus_eq.backend`` re-homes such parameters as views
+            of one buffer before Inductor runs (``pack_parameters=True``, :mod:`optimus_bridge.param_pack`),
+            so the copy that a stacked weight or a fused embedding table would cost on every call does not
+            run. The backend sets it when it packs; a plain :func:`optimus_eq.optimize` call does not pack,
+            so the default is False. Which leaves are parameters: ``EGraphView.packable``.
     """
 
     launch_us: float = 23.3
@@ -109,6 +115,7 @@ class GPUCostModel:
     execution: str = "launch"
     training: bool = True
     fusion: bool = True
+    packed_parameters: bool = False
 
     def __post_init__(self) -> None:
         if self.execution not in EXECUTIONS:
@@ -157,7 +164,8 @@ class GPUCostModel:
         (``training``: whether it was, for a given graph; default: the model's flag)."""
         training = self.training if training is None else training
         return (f"{self.execution} (launch {self.launch_us:g} us, {self.bytes_per_us / 1e6:g} TB/s, "
-                f"eager launch {self.eager_launch_us:g} us){', training' if training else ''}")
+                f"eager launch {self.eager_launch_us:g} us){', training' if training else ''}"
+                f"{', packed parameters' if self.packed_parameters else ''}")
 
     def node_cost(self, op: str, out_numel: int | None, in_numels: list[int | None], opaque: bool) -> float:
         """Forward cost in microseconds of one e-node whose output has ``out_numel`` elements."""

@@ -174,6 +174,34 @@ def _stacked_params(view, cls, params: dict) -> tuple[int, list] | None:
     return None
 
 
+def packed_cats(view, params: set) -> list:
+    """Ids of the ``Cat`` e-nodes that join parameters along dim 0: every element of the list is an e-class
+    of ``params`` (a cat of parameters) or holds ``Unsqueeze(param, 0)`` (a stack of them), at dim 0. The
+    backend's parameter packing (:mod:`optimus_bridge.param_pack`) makes such a stack a view of one buffer,
+    whose members are contiguous slices, so it launches nothing (forward) and its backward gives each
+    parameter a slice of one gradient (``Cat``'s backward is free already). Dtypes, devices and layouts,
+    which packing also checks, are not in the e-graph: a stack that does not pack after all is underpriced
+    by one copy, never made wrong."""
+    out = []
+    if not params:
+        return out
+    lists: dict = {}
+    for nid, node in view.nodes.items():
+        if node.op != "Cat" or not node.children:
+            continue
+        lst = node.children[0]
+        ok = lists.get(lst)
+        if ok is None:
+            elems = _list_elems(view, lst)
+            ok = bool(elems) and len(elems) >= 2 and all(d == 0 and (e in params or any(
+                view.nodes[m].op == "Unsqueeze" and view.nodes[m].literals[0] == 0 and view.nodes[m].children[0] in params
+                for m in view.classes.get(e, ()))) for d, e in elems)
+            lists[lst] = ok
+        if ok:
+            out.append(nid)
+    return out
+
+
 def grad_classes(view, info: GradientInfo) -> set:
     """E-classes whose value requires grad: the FX nodes' classes, then every class with an e-node that
     reads one (forward propagation), except classes of FX nodes known not to require grad."""

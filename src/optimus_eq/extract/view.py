@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from optimus_eq.cost import GPUCostModel, numel
 from optimus_eq.extract.fusion import fused_nodes
-from optimus_eq.extract.grad import training_costs
+from optimus_eq.extract.grad import packed_cats, training_costs
 from optimus_eq.terms import CONSTRUCTORS
 
 _TERM_SORTS = frozenset(["T", "TL", "Args"])
@@ -83,6 +83,9 @@ class EGraphView:
             of the translation's recipes; set by the caller): with a model that credits fusion,
             :meth:`assign_costs` prices the e-nodes Inductor computes inside another kernel without a launch
             (:mod:`optimus_eq.extract.fusion`). None: no credit.
+        packable: FX node ids (term ids) of the graph's ``nn.Parameter`` inputs (set by the caller): with a
+            model whose ``packed_parameters`` is set, :meth:`assign_costs` prices a ``Cat`` of them along
+            dim 0 (a stack or a cat of parameters, which the backend packs into one buffer) as a view.
     """
 
     nodes: dict = field(default_factory=dict)
@@ -93,6 +96,7 @@ class EGraphView:
     self_loops: dict = field(default_factory=dict)
     gradients: object = None
     op_kinds: dict | None = None
+    packable: frozenset = frozenset()
 
     def _add(self, nid, op: str, eclass, children: list, literals: list) -> None:
         if eclass in children:  # self loop: never part of an acyclic plan
@@ -272,3 +276,6 @@ class EGraphView:
         if self.gradients and getattr(model, "training", False):
             for nid, extra in training_costs(self, self.gradients, model, forced, fused).items():
                 self.nodes[nid].cost += extra
+        if self.packable and getattr(model, "packed_parameters", False):
+            for nid in packed_cats(self, {self.node_of[h] for h in self.packable if h in self.node_of}):
+                self.nodes[nid].cost = model.view_us
