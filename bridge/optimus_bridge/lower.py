@@ -25,8 +25,8 @@ from optimus_bridge.grad_facts import gradient_info
 from optimus_bridge.lower_grad import keep_gradient_paths
 from optimus_bridge.lower_meta import propagate_meta
 from optimus_bridge.lower_outputs import distinct_outputs, fix_strides, unalias_outputs
-from optimus_bridge.lower_table import (TORCH_IR, IRLevel, LoweringError, SplitGroup, call_function, split_groups,
-                                        squeezed_dims)
+from optimus_bridge.lower_table import (INSIDE_INDUCTOR, TORCH_IR, IRLevel, LoweringError, SplitGroup, call_function,
+                                        split_groups, squeezed_dims)
 from optimus_bridge.translation import Translation
 from optimus_eq.extract import EGraphView, no_gc
 from optimus_eq.extract.grad import grad_classes
@@ -78,7 +78,7 @@ class Lowerer:
         if pos < self._last_kept:
             raise LoweringError(f"kept node {n.name} would move before an earlier kept node")
         self._last_kept = pos
-        respell = self.level.grad_mode_blind.get(n.target)
+        respell = None if INSIDE_INDUCTOR.get() else self.level.grad_mode_blind.get(n.target)
         if respell is not None and any(_views_an_input(self.value_of_node(a)) for a in n.all_input_nodes):
             args, kwargs = torch.fx.node.map_arg((n.args, n.kwargs), self.value_of_node)
             new = respell(self.graph, n, args, kwargs)

@@ -8,11 +8,19 @@ Also the spelling choices the table serves: a ``Reshape`` that only drops size-1
 
 from __future__ import annotations
 
+import contextvars
 from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 from torch.fx import Graph, Node
+
+#: True while lowering inside Inductor's post-grad pass (set by :class:`optimus_bridge.post_grad.PostGradPass`):
+#: the graph is then compiled by Inductor, whose kernels' outputs never require grad, so ``grad_mode_blind``
+#: respellings are not needed there, and Inductor has no lowering for them (``aten._to_copy`` is one of its
+#: decompositions: a graph that holds it fails with "both a fallback and a decomp for same op"; BERT
+#: inference, H200 2026-12-02).
+INSIDE_INDUCTOR: contextvars.ContextVar[bool] = contextvars.ContextVar("optimus_inside_inductor", default=False)
 
 
 def call_function(g: Graph, target, args: tuple, kwargs: dict | None = None, name: str | None = None) -> Node:

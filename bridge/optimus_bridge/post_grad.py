@@ -25,6 +25,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 from torch.fx import Graph, GraphModule, Node
 
 import optimus_greedy
+from optimus_bridge.lower_table import INSIDE_INDUCTOR
 from optimus_eq import api
 from optimus_eq.patterns import DEFAULT_REGISTRY
 from optimus_eq.report import Report
@@ -88,7 +89,11 @@ class PostGradPass(CustomGraphPass):
         self.strategy, self.options = strategy, options
 
     def __call__(self, graph: Graph) -> None:
-        optimize_in_place(graph, self.strategy, level=self.LEVEL, **self.options)
+        token = INSIDE_INDUCTOR.set(True)
+        try:
+            optimize_in_place(graph, self.strategy, level=self.LEVEL, **self.options)
+        finally:
+            INSIDE_INDUCTOR.reset(token)
 
     def uuid(self) -> str:
         """Identifies the pass for Inductor's cache: source files, strategy, options, registered patterns."""
