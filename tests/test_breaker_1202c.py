@@ -1,0 +1,46 @@
+"""Breaker findings of 2026-12-02 (third session): inputs that gave wrong results or crashed where eager works,
+each compared with eager."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import optimus_eq
+from test_breaker_1202 import _pair  # the six-branch model whose Linear/LayerNorm stacks get packed
+
+F64 = torch.float64
+
+
+def _assert_same_grads(m, ref):
+    for (name, p), q in zip(m.named_parameters(), ref.parameters()):
+        assert (p.grad is None) == (q.grad is None), f"grad of {name}: {p.grad is None} vs eager {q.grad is None}"
+        if q.grad is not None:
+            torch.testing.assert_close(p.grad, q.grad, msg=lambda s: f"grad of {name}: {s}")
+
+
+# Found: a function compiled and called under ``torch.no_grad()`` whose body opens ``torch.enable_grad()`` (a
+# gradient computed inside an inference routine: adversarial inputs, energy models) got the packed buffer itself,
+# which requires no grad, because the call's grad mode was off: the output did not require grad and the
+# parameters got no gradient (eager: both). Fixed in param_pack (ParameterPacks.sets_grad_mode: such a graph gets
+# packed_stack under enable_grad, and the version check).
+def test_enable_grad_region_inside_a_no_grad_call_keeps_parameter_gradients():
+    m, ref = _pair()
+
+    def body(mod):
+        def run(x):
+            with torch.enable_grad():
+                return mod(x)
+        return run
+
+    f = torch.compile(body(m), backend=optimus_eq.backend(strategy="greedy", compile=False))
+    x = torch.randn(5, 24, dtype=F64)
+    with torch.no_grad():
+        got, want = f(x), body(ref)(x)
+    assert m.lins[1].weight.storage_offset() != 0, "the Linear weights were not packed"
+    assert got.requires_grad == want.requires_grad
+    torch.testing.assert_close(got, want)
+    got.square().sum().backward()
+    want.square().sum().backward()
+    _assert_same_grads(m, ref)
