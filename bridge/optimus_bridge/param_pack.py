@@ -381,8 +381,19 @@ class ParameterPacks:
             if (not torch.is_grad_enabled() and not self.sets_grad_mode
                     or torch._C._autograd._top_saved_tensors_default_hooks(False) is not None):
                 return compiled(*packed)  # no gradient, or the user's saved-tensor hooks: eager checks no versions
-            with saved_versions(args):
-                return compiled(*packed)
+            disabled = torch._C._autograd._saved_tensors_hooks_get_disabled_error_message()
+            if disabled is None:
+                with saved_versions(args):
+                    return compiled(*packed)
+            # the user disabled saved-tensor hooks (``torch.autograd.graph.disable_saved_tensors_hooks``): eager
+            # still checks versions, so ours is pushed with them enabled for this call only (the user's own
+            # pushes inside the compiled graph cannot happen: Dynamo traced none)
+            torch._C._autograd._saved_tensors_hooks_enable()
+            try:
+                with saved_versions(args):
+                    return compiled(*packed)
+            finally:
+                torch._C._autograd._saved_tensors_hooks_disable(disabled)
 
         packed_call._optimus_packs = self  # for tests and reports
         return packed_call
