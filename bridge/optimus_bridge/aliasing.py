@@ -21,6 +21,7 @@ from torch.fx import GraphModule, Node
 
 from optimus_bridge import vocab
 from optimus_bridge.fx_meta import Unsupported, dropout_draws, is_static_tensor, meta_val
+from optimus_bridge.effects import running_stats_written
 from optimus_bridge.overlap import may_overlap
 
 
@@ -104,9 +105,13 @@ def frozen_nodes(gm: GraphModule, voc=vocab, inputs_may_alias: bool = True) -> s
             continue
         for a in n.all_input_nodes:
             union(a, n)
-    bad = set(mutated)
+    # a training-mode batch / instance norm writes only its running statistics, and returns new storage: those
+    # are what it makes bad, and its readers need not stay as they are (it is frozen as their reader)
+    stats_only = {n: running_stats_written(n) for n in mutated}
+    stats_only = {n: w for n, w in stats_only.items() if w is not None}
+    bad = {n for n in mutated if n not in stats_only}
     for n in mutated:
-        bad.update(n.all_input_nodes)
+        bad.update(stats_only.get(n) or n.all_input_nodes)
     devices = {n: _input_device(gm, n) for n in nodes if inputs_may_alias and n.op in ("placeholder", "get_attr")}
     inputs = [n for n, d in devices.items() if d is not None]
     bad_roots = {find(n) for n in bad}
@@ -116,9 +121,9 @@ def frozen_nodes(gm: GraphModule, voc=vocab, inputs_may_alias: bool = True) -> s
             union(q, next(iter(bad)))  # one group: a merged group is frozen whole, the same as several
     bad_roots = {find(n) for n in bad}
     frozen = {n for n in nodes if find(n) in bad_roots}
-    frozen.update(mutated)
+    frozen.update(n for n in mutated if n not in stats_only)
     readers = {u for n in frozen for u in n.users if u.op != "output"}
-    return frozen | readers
+    return frozen | readers | set(stats_only)
 
 
 def _input_device(gm: GraphModule, node: Node):

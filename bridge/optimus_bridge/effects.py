@@ -58,13 +58,59 @@ def embedding_max_norm(node: Node):
     return node.args[pos] if len(node.args) > pos else node.kwargs.get("max_norm")
 
 
+def _running_stats_targets() -> dict:
+    """Norm ops that write their running statistics in place when they normalize by the batch's own
+    (``training`` / ``use_input_stats``): target -> (position of ``running_mean``, position and name of that
+    flag, its default). torch/nn/functional.py: ``F.batch_norm`` / ``F.instance_norm``; the builtins and aten
+    ops of the same names take ``(input, weight, bias, running_mean, running_var, flag, ...)``, whose schemas
+    do not mark the running statistics as written."""
+    table = {F.batch_norm: (1, 5, "training", False), F.instance_norm: (1, 5, "use_input_stats", True),
+             torch.batch_norm: (3, 5, "training", None), torch.instance_norm: (3, 5, "use_input_stats", None)}
+    aten = torch.ops.aten
+    for name, flag in (("batch_norm", "training"), ("native_batch_norm", "training"),
+                       ("instance_norm", "use_input_stats")):
+        op = getattr(aten, name, None)
+        if op is not None:
+            table[op.default] = (3, 5, flag, None)
+    return table
+
+
+_RUNNING_STATS = _running_stats_targets()
+
+
+def running_stats_written(node: Node) -> list[Node] | None:
+    """The running statistics (FX nodes) that a batch / instance norm call writes in place: it is given them
+    and (possibly) normalizes by the batch's own (``nn.BatchNorm*`` / ``nn.InstanceNorm*`` in training
+    mode). None for any other node, or a norm that writes nothing. Its result is new storage."""
+    if node.op != "call_function":
+        return None
+    try:
+        spec = _RUNNING_STATS.get(node.target)
+    except TypeError:  # unhashable target
+        return None
+    if spec is None:
+        return None
+    at, flag_at, flag_name, default = spec
+    mean = node.args[at] if len(node.args) > at else node.kwargs.get("running_mean")
+    var = node.args[at + 1] if len(node.args) > at + 1 else node.kwargs.get("running_var")
+    flag = node.args[flag_at] if len(node.args) > flag_at else node.kwargs.get(flag_name, default)
+    stats = [t for t in (mean, var) if isinstance(t, Node)]
+    return stats if stats and flag is not False else None
+
+
+def updates_running_stats(node: Node) -> bool:
+    """True for a batch / instance norm call that writes its running statistics (:func:`running_stats_written`)."""
+    return running_stats_written(node) is not None
+
+
 def is_mutation(node: Node, gm: torch.fx.GraphModule | None = None) -> bool:
     """True when ``node`` writes into one of its inputs (in-place op, ``out=``, setitem, ``x += y``,
     ``F.embedding``/``F.embedding_bag`` with ``max_norm``, which renormalizes the looked-up rows of the
-    weight in place: torch/nn/functional.py, ``torch.embedding_renorm_``)."""
+    weight in place: torch/nn/functional.py, ``torch.embedding_renorm_``; a batch / instance norm that
+    updates its running statistics, :func:`updates_running_stats`)."""
     if node.kwargs.get("inplace") is True or "out" in node.kwargs:
         return True
-    if embedding_max_norm(node) is not None:
+    if embedding_max_norm(node) is not None or updates_running_stats(node):
         return True
     if node.op == "call_function" and callable(node.target):
         try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 from torch.fx import Graph, Node
+from torch.fx.experimental.symbolic_shapes import guard_or_false, guard_or_true
 
 from optimus_bridge.aliasing import eager_output_meta, eager_storage_map, storage_id
 from optimus_bridge.fx_meta import meta_val
@@ -170,7 +171,7 @@ def replace_output_at(out: Node, index: int, value: Node) -> None:
 
 def _observable_strides(t: torch.Tensor) -> tuple:
     """Strides of the dims of size > 1 (a size-1 dim's stride changes no address)."""
-    return tuple(st for st, n in zip(t.stride(), t.shape) if n != 1)
+    return tuple(st for st, n in zip(t.stride(), t.shape) if guard_or_true(n != 1))  # unbacked size: observable
 
 
 def _restridable(like: torch.Tensor, level: IRLevel) -> bool:
@@ -228,7 +229,8 @@ def fix_strides(graph: Graph, old_out: Node, level: IRLevel, copies: frozenset =
         if tuple(ov.shape) != tuple(nv.shape) or ov.dtype != nv.dtype:
             raise LoweringError(f"output {i} changed shape or dtype: {tuple(ov.shape)} {ov.dtype} -> "
                                 f"{tuple(nv.shape)} {nv.dtype}")
-        if ov.numel() > 1 and _observable_strides(ov) != _observable_strides(nv):
+        # guard_or_*: a data-dependent (unbacked) size, e.g. after nonzero, is never guarded on (it raised)
+        if guard_or_true(ov.numel() > 1) and _observable_strides(ov) != _observable_strides(nv):
             if not ov.is_contiguous() and not _restridable(ov, level):
                 raise LoweringError(f"output {i} strides {nv.stride()} differ from eager's {ov.stride()}")
             if shares[i]:  # a copy would no longer share storage with them (a view of an input, y and y[1:])
@@ -243,7 +245,8 @@ def fix_strides(graph: Graph, old_out: Node, level: IRLevel, copies: frozenset =
             made[(o, n)] = nodes[-1]
             added.extend(nodes)
         elif (level.restride is restride_torch and n not in copies and n.op in ("call_function", "call_method")
-              and ov.numel() > 1 and 1 in ov.shape and static_layout(ov) and ov.is_contiguous() and not shares[i]):
+              and guard_or_false(ov.numel() > 1) and any(guard_or_false(d == 1) for d in ov.shape)
+              and static_layout(ov) and ov.is_contiguous() and not shares[i]):
             # size-1 dims: FakeTensor's Python view references pick other strides for them than the C++
             # kernels, and cat/stack/clone follow the memory format those strides suggest, so the real
             # layout can differ from the meta that says it matches; ``contiguous()`` is eager's layout for

@@ -293,8 +293,11 @@ class ParameterPacks:
     The packed graph's inputs are the original graph's inputs at ``keep`` followed by one buffer per pack.
     """
 
-    def __init__(self, packs: list[Pack], keep: list[int], grad_mode: bool) -> None:
+    def __init__(self, packs: list[Pack], keep: list[int], grad_mode: bool, sets_grad_mode: bool = False) -> None:
         self.packs, self.keep, self.grad_mode = packs, keep, grad_mode
+        # the graph switches grad mode itself (``with torch.enable_grad()`` inside): a call with grad mode off
+        # may still differentiate the stack, so its packs with gradients get packed_stack (under enable_grad)
+        self.sets_grad_mode = sets_grad_mode
         self._keep = operator.itemgetter(*keep) if keep else (lambda args: ())
         self._single = len(keep) == 1
         positions = [i for p in packs for i in p.positions]
@@ -321,6 +324,9 @@ class ParameterPacks:
                 (the packed graph was compiled without its gradient; Dynamo's guards should have
                 recompiled).
         """
+        if self.sets_grad_mode and not torch.is_grad_enabled():
+            with torch.enable_grad():  # the graph's own enable_grad region may differentiate the stacks
+                return self.inputs(args)
         kept = self._keep(args)
         kept = [kept] if self._single else list(kept)
         params = self._params(args)
@@ -372,10 +378,22 @@ class ParameterPacks:
 
         def packed_call(*args):  # Dynamo calls a backend's callable with the graph's inputs as arguments
             packed = inputs(args)
-            if not torch.is_grad_enabled() or torch._C._autograd._top_saved_tensors_default_hooks(False) is not None:
+            if (not torch.is_grad_enabled() and not self.sets_grad_mode
+                    or torch._C._autograd._top_saved_tensors_default_hooks(False) is not None):
                 return compiled(*packed)  # no gradient, or the user's saved-tensor hooks: eager checks no versions
-            with saved_versions(args):
-                return compiled(*packed)
+            disabled = torch._C._autograd._saved_tensors_hooks_get_disabled_error_message()
+            if disabled is None:
+                with saved_versions(args):
+                    return compiled(*packed)
+            # the user disabled saved-tensor hooks (``torch.autograd.graph.disable_saved_tensors_hooks``): eager
+            # still checks versions, so ours is pushed with them enabled for this call only (the user's own
+            # pushes inside the compiled graph cannot happen: Dynamo traced none)
+            torch._C._autograd._saved_tensors_hooks_enable()
+            try:
+                with saved_versions(args):
+                    return compiled(*packed)
+            finally:
+                torch._C._autograd._saved_tensors_hooks_disable(disabled)
 
         packed_call._optimus_packs = self  # for tests and reports
         return packed_call
@@ -397,8 +415,8 @@ def pack_parameters(gm: fx.GraphModule, example_inputs: Sequence[Any]
     if len(placeholders) != len(example_inputs):
         return None
     position = {n: i for i, n in enumerate(placeholders)}
-    grad_mode = torch.is_grad_enabled() or any(
-        n.op == "call_function" and n.target in _GRAD_MODE_TARGETS for n in gm.graph.nodes)
+    sets_grad_mode = any(n.op == "call_function" and n.target in _GRAD_MODE_TARGETS for n in gm.graph.nodes)
+    grad_mode = torch.is_grad_enabled() or sets_grad_mode
     chosen: list[tuple[fx.Node, str, tuple[int, ...], bool]] = []
     taken: set[int] = set()
     for node in gm.graph.nodes:
@@ -471,7 +489,7 @@ def pack_parameters(gm: fx.GraphModule, example_inputs: Sequence[Any]
     moved = taken
     inputs = [_fresh_example(example_inputs[i]) if i in moved else example_inputs[i] for i in keep]
     inputs += examples
-    return packed, inputs, ParameterPacks(packs, keep, grad_mode)
+    return packed, inputs, ParameterPacks(packs, keep, grad_mode, sets_grad_mode)
 
 
 def _fresh_example(p: torch.Tensor, requires_grad: bool | None = None) -> torch.Tensor:
