@@ -248,7 +248,7 @@ def _roots_and_forced(view: EGraphView, tr) -> tuple[list, set]:
 def _packable(tr, example_inputs, cost_model) -> frozenset:
     """Term ids of the placeholders whose example input is an ``nn.Parameter`` (``EGraphView.packable``),
     when ``cost_model`` prices packed parameters (``GPUCostModel.packed_parameters``); else empty."""
-    if not getattr(cost_model, "packed_parameters", False):
+    if not getattr(cost_model, "packed_parameters", False) or example_inputs is None:
         return frozenset()
     import torch
 
