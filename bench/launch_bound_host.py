@@ -7,7 +7,8 @@ proxy for that host cost. One process per cell: builds ``optimus_bench.models.la
 ``optimus_bench.measure.TrainStep``) with one strategy, and times the realistic iteration:
 ``zero_grad(set_to_none=True)``, forward, ``loss.backward()``, fused Adam step.
 
-Reports (one JSON line): first-call seconds, median / min step ms over ``--iters`` steps after ``--warmup``,
+Reports (one JSON line): first-call seconds, median / min step ms (wall, and thread CPU time: steadier on a
+shared machine) over ``--iters`` steps after ``--warmup``,
 and a ``torch.profiler`` breakdown of ``--profile-iters`` further steps (CPU, ms per step): the phases marked
 with ``record_function`` (zero_grad, forward, backward, optimizer) and the profiler's own events inside them
 (``TorchDynamo Cache Lookup`` = Dynamo's guard evaluation, ``Torch-Compiled Region``, ``CompiledFunction``
@@ -77,10 +78,11 @@ def main() -> None:
     opt = make_optimizer(case.optimizer, params)
 
     phases: dict[str, list[float]] = {p: [] for p in PHASES}
+    cpu: list[float] = []  # thread CPU ms per step: steadier than wall time on a shared machine
 
     def step(mark: bool = False, timed: bool = False):
         ctx = record_function if mark else _null
-        t0 = time.perf_counter()
+        c0, t0 = time.thread_time(), time.perf_counter()
         with ctx("zero_grad"):
             opt.zero_grad(set_to_none=True) if opt is not None else [setattr(p, "grad", None) for p in params]
         t1 = time.perf_counter()
@@ -97,6 +99,7 @@ def main() -> None:
         if timed:
             for name, dt in zip(PHASES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
                 phases[name].append(dt * 1e3)
+            cpu.append((time.thread_time() - c0) * 1e3)
         return loss
 
     t0 = time.perf_counter()
@@ -133,6 +136,7 @@ def main() -> None:
         "optimizer": a.optimizer, "params": len(params), "threads": a.threads, "label": a.label,
         "torch": torch.__version__, "first_call_s": round(first_s, 2), "first_step_matches_eager": bool(ok),
         "step_ms_median": round(statistics.median(times), 3), "step_ms_min": round(min(times), 3),
+        "step_cpu_ms_median": round(statistics.median(cpu), 3), "step_cpu_ms_min": round(min(cpu), 3),
         "phase_ms_median": {k: round(statistics.median(v), 3) for k, v in phases.items()},
         "profile_ms_per_step": {k: round(v, 3) for k, v in sorted(breakdown.items())},
     }), flush=True)
