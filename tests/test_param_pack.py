@@ -140,6 +140,32 @@ def test_training_pack_sees_a_moved_parameter_and_every_update():
     _same_training(m, ref, "after re-packing")
 
 
+def test_training_pack_raises_as_eager_for_a_parameter_written_between_forward_and_backward():
+    """The saved-tensor version check (found by address range, versions read once per saved buffer): a packed
+    weight written in place after the forward makes backward raise as eager's does, on the first layer and on
+    the second (two buffers, each saved by the graph); a clean step afterwards has eager's gradients."""
+    for layer in (0, 1):
+        m, x = _model(branches=6)
+        ref, _ = _model(branches=6)
+        f = _compiled(m.train())
+        f(x).sum().backward()  # compiles the training graph and packs its stacks
+        assert any("parameter packing" in n for n in _packing_notes())
+        out, eager_out = f(x).sum(), ref(x).sum()
+        with torch.no_grad():
+            for mm in (m, ref):
+                mm.layers[layer].linears[2].weight.mul_(2.0)
+        with pytest.raises(RuntimeError, match="inplace"):
+            eager_out.backward()
+        with pytest.raises(RuntimeError, match="inplace"):
+            out.backward()
+        m.zero_grad(set_to_none=True)
+        ref.zero_grad(set_to_none=True)
+        f(x).sum().backward()
+        ref(x).sum().backward()
+        for (name, p), q in zip(m.named_parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, msg=lambda s: f"layer {layer}: grad of {name}: {s}")
+
+
 def test_training_pack_through_inductor_removes_the_stack_copies(no_compile_cache):
     """Compiled by Inductor: gradients and an optimizer step equal to eager, and the forward graph that
     AOTAutograd hands Inductor reads the buffers: no cat of parameters is left in it."""

@@ -46,6 +46,7 @@ kernels leave the training step.
 
 from __future__ import annotations
 
+import bisect
 import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -243,6 +244,11 @@ def _read_only(node: fx.Node, output_ok: bool = False) -> bool:
     return True
 
 
+#: a tensor's version counter and address, read through ``map`` without a Python frame per tensor
+_VERSION = operator.attrgetter("_version")
+_DATA_PTR = torch.Tensor.data_ptr
+
+
 class _SavedVersions(torch.autograd.graph.saved_tensors_hooks):
     """Saved-tensor hooks for one call of a packed graph: a tensor saved for backward that lives in a packed
     buffer records its parameters' version counters, and unpacking it in backward raises where one of them
@@ -255,29 +261,37 @@ class _SavedVersions(torch.autograd.graph.saved_tensors_hooks):
     no versions, the user's hook holds what was saved, and the packed graph's tensors go to it unchanged
     (:meth:`ParameterPacks.wrap`).
 
+    Per call the work is one bisection per saved tensor (``data_ptr()`` against the buffers' address ranges;
+    a hit is confirmed by the storage's own address) and, per buffer that the graph saves, one read of its
+    parameters' versions (shared by every saved tensor of that buffer), so no Python runs per parameter.
+
     Args:
-        buffers: ``untyped_storage().data_ptr()`` of each pack's buffer -> the getters of the parameters that are
-            views of it from the call's arguments (``operator.itemgetter`` of their positions; one per pack).
+        table: :meth:`ParameterPacks._version_table`: the buffers' start addresses (sorted), their end
+            addresses, and per buffer the getter of the parameters that are views of it from the call's
+            arguments.
         args: the call's arguments (the original graph's inputs).
     """
 
-    def __init__(self, buffers: dict[int, list[Callable]], args: Sequence[Any]) -> None:
+    def __init__(self, table: tuple[list[int], list[int], list[Callable]], args: Sequence[Any]) -> None:
+        starts, ends, getters = table
+        seen: dict[int, tuple[tuple, tuple]] = {}  # buffer index -> (its parameters, their versions at forward)
+
         def pack(t):
             try:
-                getters = buffers.get(t.untyped_storage().data_ptr())
+                ptr = t.data_ptr()
             except (RuntimeError, NotImplementedError):  # a tensor without storage (sparse, nested)
-                getters = None
-            if getters is None:
-                return t, None, None
-            params = []
-            for get in getters:  # packs may share one storage (an earlier compile packed their union)
-                got = get(args)
-                params.extend(got if isinstance(got, tuple) else (got,))
-            return t, params, [p._version for p in params]
+                return t, None
+            k = bisect.bisect_right(starts, ptr) - 1
+            if k < 0 or ptr >= ends[k] or t.untyped_storage().data_ptr() != starts[k]:
+                return t, None
+            if k not in seen:
+                params = getters[k](args)
+                seen[k] = (params, tuple(map(_VERSION, params)))
+            return t, seen[k]
 
         def unpack(saved):
-            held, params, versions = saved
-            if params is not None and [p._version for p in params] != versions:
+            held, versions = saved
+            if versions is not None and tuple(map(_VERSION, versions[0])) != versions[1]:
                 raise RuntimeError(
                     "one of the variables needed for gradient computation has been modified by an inplace "
                     "operation: a parameter that optimus_eq packed into one buffer was written between forward "
@@ -300,14 +314,14 @@ class ParameterPacks:
         self.sets_grad_mode = sets_grad_mode
         self._keep = operator.itemgetter(*keep) if keep else (lambda args: ())
         self._single = len(keep) == 1
-        positions = [i for p in packs for i in p.positions]
-        self._params = operator.itemgetter(*positions)
-        self._ptrs = [ptr for p in packs for ptr in p.ptrs]
-        self._single_param = len(positions) == 1
         self._no_grad = [i for p in packs if not p.grad for i in p.positions]  # read as plain buffers
-        # per pack: (buffer, sizes for packed_stack, its parameters' getter) where gradients flow, else None
-        self._grad = [(p.buffer, p.sizes, operator.itemgetter(*p.positions)) if p.grad else None for p in packs]
-        self._versions: dict[int, Callable] | None = None  # _SavedVersions' table, built at the first grad call
+        self._layout()
+
+    def _layout(self) -> None:
+        """The per-call tables of the packs' current buffers (at construction and after a re-pack)."""
+        # per pack: (buffer, sizes for packed_stack or None, its parameters' getter, their data_ptr()s, grad)
+        self._calls = [(p.buffer, p.sizes, operator.itemgetter(*p.positions), p.ptrs, p.grad) for p in self.packs]
+        self._versions = None  # _SavedVersions' table, built at the first grad call
 
     @property
     def parameters(self) -> int:
@@ -319,6 +333,9 @@ class ParameterPacks:
         pack its buffer (in a call with grad mode on, a pack with gradients gives ``packed_stack(buffer,
         sizes, *params)``: the buffer's value, each parameter's gradient its slice of the buffer's).
 
+        Per call and parameter the only work is its ``data_ptr()`` (whether it still sits in its buffer) and
+        autograd's own edge to it.
+
         Raises:
             RuntimeError: a parameter packed without gradient requires grad in a call with grad mode on
                 (the packed graph was compiled without its gradient; Dynamo's guards should have
@@ -328,19 +345,23 @@ class ParameterPacks:
             with torch.enable_grad():  # the graph's own enable_grad region may differentiate the stacks
                 return self.inputs(args)
         kept = self._keep(args)
-        kept = [kept] if self._single else list(kept)
-        params = self._params(args)
-        params = [params] if self._single_param else params
+        out = [kept] if self._single else list(kept)
         grad_on = torch.is_grad_enabled()
         if self._no_grad and grad_on and any(args[i].requires_grad for i in self._no_grad):
             raise RuntimeError("optimus_eq parameter packing: a packed parameter requires grad in a call with "
                                "grad mode on; the graph was compiled without its gradient")
-        if list(map(torch.Tensor.data_ptr, params)) != self._ptrs:
-            return kept + self._refresh(args, grad_on)
-        if not grad_on:
-            return kept + [p.buffer for p in self.packs]
-        apply = PackedStack.apply if torch._C._are_functorch_transforms_active() else _RAW_APPLY
-        return kept + [p.buffer if g is None else apply(g[0], g[1], *g[2](args)) for p, g in zip(self.packs, self._grad)]
+        apply = None
+        for buffer, sizes, get, ptrs, grad in self._calls:
+            params = get(args)
+            if list(map(_DATA_PTR, params)) != ptrs:
+                return out[:len(self.keep)] + self._refresh(args, grad_on)
+            if grad and grad_on:
+                if apply is None:
+                    apply = PackedStack.apply if torch._C._are_functorch_transforms_active() else _RAW_APPLY
+                out.append(apply(buffer, sizes, *params))
+            else:
+                out.append(buffer)
+        return out
 
     def _refresh(self, args: Sequence[Any], grad_on: bool) -> list[torch.Tensor]:
         """Inputs for a call whose parameters moved: re-pack those that qualify, compute the rest."""
@@ -357,19 +378,26 @@ class ParameterPacks:
                     out.append(pack.compute(params))
                 continue
             out.append(packed_stack(pack.buffer, pack.sizes, *params) if grad_on and pack.grad else pack.buffer)
-        self._ptrs = [ptr for p in self.packs for ptr in p.ptrs]
-        self._grad = [(p.buffer, p.sizes, operator.itemgetter(*p.positions)) if p.grad else None for p in self.packs]
-        self._versions = None
+        self._layout()
         return out
 
+    def _version_table(self) -> tuple[list[int], list[int], list[Callable]]:
+        """:class:`_SavedVersions`' table for the current buffers: each distinct buffer storage's start and end
+        address (sorted by start) and the getter of every packed parameter on it (packs may share one storage:
+        an earlier compile packed their union)."""
+        by_storage: dict[int, tuple[int, list[int]]] = {}
+        for p in self.packs:
+            storage = p.buffer.untyped_storage()
+            by_storage.setdefault(storage.data_ptr(), (storage.nbytes(), []))[1].extend(p.positions)
+        starts = sorted(by_storage)
+        return (starts, [s + by_storage[s][0] for s in starts],
+                [operator.itemgetter(*by_storage[s][1]) for s in starts])  # >= 2 positions: a tuple
+
     def saved_versions(self, args: Sequence[Any]) -> "_SavedVersions":
-        """The saved-tensor hooks of one call with grad mode on (:class:`_SavedVersions`); the table of
-        buffers and their parameters is built once per layout (after a re-pack, again)."""
+        """The saved-tensor hooks of one call with grad mode on (:class:`_SavedVersions`); their table of
+        buffers and parameters is built once per layout (after a re-pack, again)."""
         if self._versions is None:
-            self._versions = {}
-            for p in self.packs:  # packs may share one storage: every pack's parameters are checked
-                self._versions.setdefault(p.buffer.untyped_storage().data_ptr(), []).append(
-                    operator.itemgetter(*p.positions))
+            self._versions = self._version_table()
         return _SavedVersions(self._versions, args)
 
     def wrap(self, compiled: Callable) -> Callable:
