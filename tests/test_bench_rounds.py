@@ -108,8 +108,7 @@ def _live(name, log, fail_in_round=None):
 def test_run_rounds_rotates_warms_up_once_and_survives_a_failing_cell():
     log: list[str] = []
     (a, sa), (b, sb), (c, sc) = _live("a", log), _live("b", log, fail_in_round=5), _live("c", log)
-    done = measure.run_rounds([a, b, c], 3, iters=2, warmup=3, device="cpu")
-    assert done == 3
+    measure.run_rounds([a, b, c], 3, iters=2, warmup=3, device="cpu")
     # round 0: 3 warm-up + 2 timed per cell; later rounds: 1 untimed + 2 timed; then one profiled call
     # round 0 (a, b, c): 3 warm-up + 2 timed each; round 1 (b, c, a): 1 untimed + 2 timed each, but b fails on
     # its 6th call and leaves; round 2 (c, a, b): b skipped; then one profiled call of each live cell
@@ -120,13 +119,6 @@ def test_run_rounds_rotates_warms_up_once_and_survives_a_failing_cell():
         assert cell.res["status"] == "ok" and len(cell.res["ms_rounds"]) == 3 and cell.res["kernels"] == 0
         assert calls["calls"] == 5 + 3 + 3 + 1
     assert a.res["round_positions"] == [0, 2, 1] and c.res["round_positions"] == [2, 1, 0]
-
-
-def test_run_rounds_stops_when_the_budget_is_spent():
-    log: list[str] = []
-    a, b = _live("a", log)[0], _live("b", log)[0]
-    done = measure.run_rounds([a, b], 4, iters=1, warmup=0, device="cpu", keep_going=lambda: False)
-    assert done == 1 and a.res["ms_rounds"] and len(a.res["ms_rounds"]) == 1 and len(b.res["ms_rounds"]) == 1
 
 
 def _cell(strategy, ms_rounds, model="m", mode="train", status="ok"):

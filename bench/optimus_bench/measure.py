@@ -436,8 +436,8 @@ class LiveCell:
         positions: the cell's place in each round's order (0 = timed first).
         footprint: CUDA bytes this cell holds between its iterations (model copy, gradients, optimizer state,
             CUDA-graph pools), measured when it was compiled and warmed up.
-        peak: CUDA: largest ``max_memory_allocated`` during its timed iterations less the other live cells'
-            footprints, bytes.
+        peak: CUDA: ``max_memory_allocated`` during its timed iterations of round 0 less the other live
+            cells' footprints, bytes.
     """
 
     name: str
@@ -506,7 +506,7 @@ def prepare_cell(case: BenchCase, mode: str, strategy: Strategy, device: str, re
 
 
 def run_rounds(cells: list[LiveCell], rounds: int, *, iters: int, warmup: int, device: str,
-               keep_going: Callable[[], bool] = lambda: True, log: Callable[[str], None] = lambda _m: None) -> int:
+               log: Callable[[str], None] = lambda _m: None) -> None:
     """Time the live cells of one row side by side, ``rounds`` times, then count their kernels.
 
     Round ``k`` (from 0) runs the cells in the order of ``cells`` rotated to start at cell ``k mod n``, so
@@ -515,43 +515,35 @@ def run_rounds(cells: list[LiveCell], rounds: int, *, iters: int, warmup: int, d
     another cell ran pays cold caches and Dynamo's lookup past the other cells' cache entries). Then
     ``iters`` timed iterations, each synchronized. Afterwards each cell's ``res`` gets
     :func:`timing_fields` (``ms`` = median of all its timed iterations of all rounds, ``ms_rounds``,
-    ``ms_spread``), ``round_positions``, ``peak_mem_mib`` (CUDA: the peak during its timed iterations less
-    the other live cells' footprints), its kernel count, and ``recompiles_while_timed`` when Dynamo compiled
+    ``ms_spread``), ``round_positions``, ``peak_mem_mib`` (CUDA: the peak during its timed iterations of
+    round 0 less the other live cells' footprints; no garbage collection runs between cells in later
+    rounds), its kernel count, and ``recompiles_while_timed`` when Dynamo compiled
     a frame during its timed iterations (its figures then include a compile). A cell that raises gets
     ``status`` ``"error"`` and leaves the rounds.
-
-    Args:
-        keep_going: asked before each round after the first; ``False`` ends the rounds (a time budget).
-
-    Returns the number of rounds run.
     """
     n = len(cells)
-    done = 0
     for k in range(rounds):
-        if k > 0 and not keep_going():
-            break
-        done += 1
         for pos in range(n):
             c = cells[(k + pos) % n]
             if c.step is None:
                 continue
             try:
+                cuda_round0 = device == "cuda" and k == 0  # memory is measured in round 0 only
                 if k == 0:
-                    gc.collect()
+                    if cuda_round0:
+                        gc.collect()
                     m0 = _allocated(device)
                     for _ in range(warmup):
                         c.step()
                     _sync(device)
-                    gc.collect()
-                    c.footprint += _allocated(device) - m0  # CUDA-graph recordings, state made lazily
+                    if cuda_round0:
+                        gc.collect()
+                        c.footprint += _allocated(device) - m0  # CUDA-graph recordings, state made lazily
+                        torch.cuda.empty_cache()
+                        torch.cuda.reset_peak_memory_stats()
                 else:
                     c.step()
                     _sync(device)
-                others = sum(o.footprint for o in cells if o is not c and o.step is not None)
-                if device == "cuda":
-                    gc.collect()
-                    torch.cuda.empty_cache()
-                    torch.cuda.reset_peak_memory_stats()
                 log(f"round {k + 1}/{rounds}: {c.name}")
                 frames = _frames_compiled()
                 c.samples.append(time_iterations(c.step, device, iters))
@@ -559,8 +551,9 @@ def run_rounds(cells: list[LiveCell], rounds: int, *, iters: int, warmup: int, d
                 if _frames_compiled() != frames:
                     c.res["recompiles_while_timed"] = c.res.get("recompiles_while_timed", 0) + \
                         _frames_compiled() - frames
-                if device == "cuda":
-                    c.peak = max(c.peak or 0, torch.cuda.max_memory_allocated() - others)
+                if cuda_round0:
+                    others = sum(o.footprint for o in cells if o is not c and o.step is not None)
+                    c.peak = torch.cuda.max_memory_allocated() - others
             except Exception as exc:  # this cell leaves the rounds; the others go on
                 _record_error(c.res, exc)
                 c.step = c.module = None
@@ -576,7 +569,6 @@ def run_rounds(cells: list[LiveCell], rounds: int, *, iters: int, warmup: int, d
         except Exception as exc:
             _record_error(c.res, exc)
             c.step = c.module = None
-    return done
 
 
 def release(cells: list[LiveCell], device: str) -> None:

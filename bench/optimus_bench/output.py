@@ -377,7 +377,7 @@ def markdown(results: dict[str, Any]) -> str:
     if n_rounds >= 2 and cfg["device"] == "cuda":
         out.append("- peak MiB with rounds: `max_memory_allocated` during the cell's timed iterations less what the "
                    "row's other live cells hold between their iterations (measured after each one's compile and "
-                   "warm-up), the largest over the rounds.")
+                   "warm-up), in round 1.")
     out.append("")
     return "\n".join(out)
 

@@ -150,8 +150,9 @@ def run_matrix(models: list[str], strategies: list[str], modes: list[str], devic
             rounds of ``iters`` iterations each, in an order rotated by one strategy per round
             (:func:`measure.run_rounds`), so that drift between moments falls on every strategy alike;
             ``ms`` is then the median over all rounds and the cells also get ``ms_rounds`` (each round's
-            median), ``ms_spread`` and ``round_positions``. The row's cells are freed after the row. A
-            time budget spent during a row ends its rounds after the first.
+            median), ``ms_spread`` and ``round_positions``. The row's cells are freed after the row. The
+            rounds of the cells compiled before a time budget ran out are always run (they cost ``rounds``
+            times a cell's timing, which the budget never cut short either).
 
     Returns the results dict (``environment``, ``config``, ``cells``; see ``bench/README.md``).
 
@@ -274,8 +275,7 @@ def run_matrix(models: list[str], strategies: list[str], modes: list[str], devic
                 if live:
                     say(f"{model_name}/{mode}: timing {len(live)} cells side by side, {rounds} rounds x {iters} "
                         f"iterations ...")
-                    measure.run_rounds(live, rounds, iters=iters, warmup=warmup, device=device,
-                                       keep_going=lambda: not budget_spent())
+                    measure.run_rounds(live, rounds, iters=iters, warmup=warmup, device=device)
                     for cell in live:
                         checked = cell.res.pop("checked")
                         if cell.res["status"] == "not_run":  # not failed in the rounds
