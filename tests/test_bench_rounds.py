@@ -167,3 +167,28 @@ def test_report_marks_ties_and_lists_eqsat_against_inductor_and_greedy():
     plain = _results([_cell("inductor", None), _cell("greedy", None), _cell("eqsat", None)])
     assert output.headline(plain)[2] == "| m | train | 10 k, 1.00 ms | 10 k, 1.00 ms | 10 k, 1.00 ms |"
     assert "verdict" not in output.markdown(plain) and "~" not in output.markdown(plain)
+
+
+def test_a_row_of_more_strategies_than_dynamos_recompile_limit_stays_compiled(tmp_path, monkeypatch):
+    """Every strategy of a row adds a cache entry to the same forward code objects; past Dynamo's recompile
+    limit (8) a strategy would silently run eagerly unless the row raises the limit."""
+    import torch
+
+    limit = torch._dynamo.config.recompile_limit
+    real = strategies.available
+    names = [f"none-{i}" for i in range(limit + 2)]
+
+    def many():
+        table = dict(real())
+        for n in names:
+            table[n] = strategies.Strategy(n, "optimus_eq", "none, run eagerly", optimus_strategy="none",
+                                           backend_options={"compile": False})
+        return table
+
+    monkeypatch.setattr(strategies, "available", many)
+    res = runner.run_matrix(["launch_bound"], names, ["inference"], "cpu", tmp_path, iters=1, warmup=0, rounds=2,
+                            overrides={"launch_bound": {"branches": "2", "layers": "1", "batch": "2"}},
+                            plots=False, progress=False, warm_up=False)
+    for c in res["cells"]:  # without the raised limit, the ninth has no graph: Dynamo ran it eagerly
+        assert c["status"] == "ok" and c.get("graphs") == 1, (c["strategy"], c.get("error"))
+        assert len(c["ms_rounds"]) == 2 and "recompiles_while_timed" not in c
