@@ -8,7 +8,9 @@
 # (`optimus-eq bench --prewarm`, run alone: `--time-budget 0` times nothing), then runs the timed matrix
 # serially on that warm cache, so the timed run's compile seconds are warm-cache times; the prewarm's
 # per-cell results (cold cache, $JOBS compiles at once) are kept under prewarm/. Results land under $OUT
-# (the device tool's output folder): <tag>.json / <tag>.md / <tag>.log. Merge them here with
+# (the device tool's output folder): <tag>.json / <tag>.md / <tag>.log. The timed run times the strategies
+# of each (model, mode) side by side in $ROUNDS rotated rounds of $ITERS iterations (`--rounds`; 1 = each
+# cell alone right after its compile, as before 2026-12-02). Merge them here with
 #   optimus-eq bench --merge OUT1/<tag1>.json OUT2/<tag2>.json --out bench/results/h200_DATE
 set -u
 models=${1:?usage: h200_matrix_1gpu.sh "MODEL ..."}
@@ -18,6 +20,7 @@ JOBS=${JOBS:-6}
 PREWARM_LIMIT=${PREWARM_LIMIT:-250}   # s; a cell still compiling then is compiled again in the timed run
 BUDGET=${BUDGET:-220}                 # s; the timed run starts no new cell after this
 ITERS=${ITERS:-50}
+ROUNDS=${ROUNDS:-3}                   # side-by-side rounds per (model, mode) row (bench --rounds)
 STRATS=${STRATS:-inductor,inductor-cudagraphs,inductor-combo,inductor-optimus,greedy,eqsat,greedy-cudagraphs,eqsat-cudagraphs,taso,tensat,greedy-post,eqsat-post}
 mkdir -p "$OUT"
 if ls .whl/*.whl >/dev/null 2>&1; then  # the device machine has no egglog: install the carried wheels
@@ -40,6 +43,6 @@ for p in sorted(pathlib.Path(sys.argv[1]).glob("*/results.json")):
         print(c["model"], c["mode"], c["strategy"], c["status"], c.get("compile_s"), c.get("optimizer_s"), c.get("kernels"), sep="\t")
 PY
 export TORCHINDUCTOR_CACHE_DIR=$W/prewarm/cache TRITON_CACHE_DIR=$W/prewarm/cache/triton
-timeout -s INT $(( BUDGET + 90 )) $B --cache warm --iters "$ITERS" --time-budget "$BUDGET" --out "$W/timed" >"$OUT/$tag.log" 2>&1
+timeout -s INT $(( BUDGET + 90 )) $B --cache warm --iters "$ITERS" --rounds "$ROUNDS" --time-budget "$BUDGET" --out "$W/timed" >"$OUT/$tag.log" 2>&1
 cp "$W/timed/results.json" "$OUT/$tag.json"; cp "$W/timed/results.md" "$OUT/$tag.md"
 echo "total: $(( $(date +%s) - start )) s" >>"$OUT/$tag.log"

@@ -15,6 +15,7 @@ import statistics
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -243,10 +244,111 @@ def _reports_summary(reports: list) -> dict[str, Any]:
     }
 
 
+@contextlib.contextmanager
+def _compile_context(strategy: Strategy, device: str, fresh_cache: bool):
+    """The Inductor cache (an empty one per cell with ``fresh_cache``) and config a cell compiles under."""
+    import torch._inductor.config as inductor_config
+    import torch._inductor.utils as inductor_utils
+
+    cache = inductor_utils.fresh_cache() if (fresh_cache and strategy.compiles) else contextlib.nullcontext()
+    patches = {"cpp.enable_kernel_profile": True} if device == "cpu" else {}
+    with cache, inductor_config.patch(patches):
+        yield
+
+
+def _compile_and_check(res: dict[str, Any], case: BenchCase, mode: str, strategy: Strategy, device: str,
+                       ref: dict[str, Any], module: nn.Module, optimus_options: dict | None,
+                       log: Callable[[str], None]) -> Callable[[], Any]:
+    """Compile ``module``, run the first (compared) call, fill ``res``'s compile and check fields; return the step."""
+    fn = strategy.compile(module, optimus_options)
+    step = _step_fn(module, fn, case, mode, strategy.cudagraphs and device == "cuda")
+    inductor_before = _metric_totals("compile_fx_inner")
+    skips_before = _cudagraph_skips()
+    counters_before = _inductor_counters()
+    log(f"first call ({'compile' if strategy.compiles else 'eager'}) ...")
+    t0 = time.perf_counter()
+    with exact_float32():
+        out = step()
+        _sync(device)
+    res["compile_s"] = time.perf_counter() - t0 if strategy.compiles else None
+    out = _clone_out(out)
+    grads = _grads(module) if mode == "train" else {}
+    inductor_after = _metric_totals("compile_fx_inner")
+    if strategy.compiles and inductor_before is not None:
+        res["inductor_s"] = inductor_after - inductor_before
+    res.update(_reports_summary(list(optimus_eq.last_reports)))
+    if strategy.cudagraphs:
+        res["cudagraph_skips"] = _cudagraph_skips() - skips_before
+    if strategy.compiles:
+        after = _inductor_counters()
+        res["inductor_counters"] = {k: v - counters_before.get(k, 0) for k, v in sorted(after.items())
+                                    if v != counters_before.get(k, 0)
+                                    and not k.startswith(_COUNTER_NOISE)}
+    if strategy.compiles:
+        res["other_compile_s"] = max(0.0, res["compile_s"] - res.get("optimizer_s", 0.0)
+                                     - (res.get("inductor_s") or 0.0))
+
+    ok, diff, rel, msg = compare(out, ref["out"], case.dtype,
+                                 ["loss", "output"] if mode == "train" else None)
+    res["outputs_match"], res["max_abs_diff"], res["max_rel_l2"] = ok, diff, rel
+    if mode == "train":
+        names = sorted(ref["grads"])
+        if set(grads) != set(names):
+            gok, gdiff, grel = False, float("nan"), float("nan")
+            gmsg = f"gradients of {sorted(set(grads) ^ set(names))[:5]} present in one run only"
+        else:
+            gok, gdiff, grel, gmsg = compare([grads[n] for n in names], [ref["grads"][n] for n in names],
+                                             case.dtype, [f"grad of {n}" for n in names])
+        res["grads_match"], res["max_grad_diff"], res["max_grad_rel_l2"] = gok, gdiff, grel
+        msg = msg or gmsg
+    res["mismatch"] = msg
+    return step
+
+
+def _status(res: dict[str, Any]) -> str:
+    return "ok" if res["outputs_match"] and res.get("grads_match", True) else "mismatch"
+
+
+def _record_error(res: dict[str, Any], exc: BaseException) -> None:
+    res["status"] = "error"
+    res["error"] = f"{type(exc).__name__}: {exc}"
+    res["traceback"] = traceback.format_exc(limit=8)
+    if not res.get("graphs"):
+        res.update(_reports_summary(list(optimus_eq.last_reports)))
+
+
+def time_iterations(step: Callable[[], Any], device: str, iters: int) -> list[float]:
+    """``iters`` calls of ``step``, each synchronized; their wall times in ms."""
+    samples = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        step()
+        _sync(device)
+        samples.append((time.perf_counter() - t0) * 1e3)
+    return samples
+
+
+def timing_fields(samples_by_round: list[list[float]], batch_size: int, rounds: bool) -> dict[str, Any]:
+    """The result's timing fields from the timed iterations of each round (ms).
+
+    ``ms`` is the median and ``ms_min`` the fastest of all iterations of all rounds; ``examples_per_s`` =
+    batch / ``ms``. With ``rounds`` (``--rounds`` > 1) also ``ms_rounds`` (each round's median) and
+    ``ms_spread`` (largest / smallest round median; 1.0 = the rounds agree).
+    """
+    samples = [s for r in samples_by_round for s in r]
+    out: dict[str, Any] = {"ms": statistics.median(samples), "ms_min": min(samples)}
+    out["examples_per_s"] = batch_size / (out["ms"] / 1e3)
+    if rounds:
+        out["ms_rounds"] = [statistics.median(r) for r in samples_by_round]
+        out["ms_spread"] = max(out["ms_rounds"]) / min(out["ms_rounds"])
+    return out
+
+
 def run_cell(case: BenchCase, mode: str, strategy: Strategy, device: str, ref: dict[str, Any], *,
              iters: int = 20, warmup: int = 3, fresh_cache: bool = True, optimus_options: dict | None = None,
              log: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
-    """Compile ``case.model`` with ``strategy``, check it against ``ref`` and measure it.
+    """Compile ``case.model`` with ``strategy``, check it against ``ref`` and measure it, alone (``--rounds 1``;
+    :func:`prepare_cell` and :func:`run_rounds` time the cells of a row side by side).
 
     Args:
         case: the model and its inputs (on ``device``); left untouched (a deep copy is compiled).
@@ -273,60 +375,13 @@ def run_cell(case: BenchCase, mode: str, strategy: Strategy, device: str, ref: d
     ``fx_nodes_before``/``fx_nodes_after``, ``cost_before_us``/``cost_after_us`` (the cost model's
     estimates), ``graphs``, ``fallback``).
     """
-    import torch._inductor.config as inductor_config
-    import torch._inductor.utils as inductor_utils
-
     res: dict[str, Any] = {"status": "error", "error": None}
     torch._dynamo.reset()
     optimus_eq.last_reports.clear()
     module = _prepare(case, mode)
-    cache = inductor_utils.fresh_cache() if (fresh_cache and strategy.compiles) else contextlib.nullcontext()
-    patches = {"cpp.enable_kernel_profile": True} if device == "cpu" else {}
     try:
-        with cache, inductor_config.patch(patches):
-            fn = strategy.compile(module, optimus_options)
-            step = _step_fn(module, fn, case, mode, strategy.cudagraphs and device == "cuda")
-            inductor_before = _metric_totals("compile_fx_inner")
-            skips_before = _cudagraph_skips()
-            counters_before = _inductor_counters()
-            log(f"first call ({'compile' if strategy.compiles else 'eager'}) ...")
-            t0 = time.perf_counter()
-            with exact_float32():
-                out = step()
-                _sync(device)
-            res["compile_s"] = time.perf_counter() - t0 if strategy.compiles else None
-            out = _clone_out(out)
-            grads = _grads(module) if mode == "train" else {}
-            inductor_after = _metric_totals("compile_fx_inner")
-            if strategy.compiles and inductor_before is not None:
-                res["inductor_s"] = inductor_after - inductor_before
-            res.update(_reports_summary(list(optimus_eq.last_reports)))
-            if strategy.cudagraphs:
-                res["cudagraph_skips"] = _cudagraph_skips() - skips_before
-            if strategy.compiles:
-                after = _inductor_counters()
-                res["inductor_counters"] = {k: v - counters_before.get(k, 0) for k, v in sorted(after.items())
-                                            if v != counters_before.get(k, 0)
-                                            and not k.startswith(_COUNTER_NOISE)}
-            if strategy.compiles:
-                res["other_compile_s"] = max(0.0, res["compile_s"] - res.get("optimizer_s", 0.0)
-                                             - (res.get("inductor_s") or 0.0))
-
-            ok, diff, rel, msg = compare(out, ref["out"], case.dtype,
-                                         ["loss", "output"] if mode == "train" else None)
-            res["outputs_match"], res["max_abs_diff"], res["max_rel_l2"] = ok, diff, rel
-            if mode == "train":
-                names = sorted(ref["grads"])
-                if set(grads) != set(names):
-                    gok, gdiff, grel = False, float("nan"), float("nan")
-                    gmsg = f"gradients of {sorted(set(grads) ^ set(names))[:5]} present in one run only"
-                else:
-                    gok, gdiff, grel, gmsg = compare([grads[n] for n in names], [ref["grads"][n] for n in names],
-                                                     case.dtype, [f"grad of {n}" for n in names])
-                res["grads_match"], res["max_grad_diff"], res["max_grad_rel_l2"] = gok, gdiff, grel
-                msg = msg or gmsg
-            res["mismatch"] = msg
-
+        with _compile_context(strategy, device, fresh_cache):
+            step = _compile_and_check(res, case, mode, strategy, device, ref, module, optimus_options, log)
             log(f"timing {warmup} warmup + {iters} iterations ...")
             for _ in range(warmup):
                 step()
@@ -337,24 +392,13 @@ def run_cell(case: BenchCase, mode: str, strategy: Strategy, device: str, ref: d
                 gc.collect()
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
-            samples = []
-            for _ in range(iters):
-                t0 = time.perf_counter()
-                step()
-                _sync(device)
-                samples.append((time.perf_counter() - t0) * 1e3)
-            res["ms"] = statistics.median(samples)
-            res["ms_min"] = min(samples)
-            res["examples_per_s"] = case.batch_size / (res["ms"] / 1e3)
+            res.update(timing_fields([time_iterations(step, device, iters)], case.batch_size, rounds=False))
             if device == "cuda":
                 res["peak_mem_mib"] = torch.cuda.max_memory_allocated() / 2**20
             res.update(count_kernels(step, device))
-        res["status"] = "ok" if res["outputs_match"] and res.get("grads_match", True) else "mismatch"
+        res["status"] = _status(res)
     except Exception as exc:  # one failing cell is recorded and the matrix goes on
-        res["error"] = f"{type(exc).__name__}: {exc}"
-        res["traceback"] = traceback.format_exc(limit=8)
-        if not res.get("graphs"):
-            res.update(_reports_summary(list(optimus_eq.last_reports)))
+        _record_error(res, exc)
     finally:
         torch._dynamo.reset()
         del module
@@ -362,3 +406,174 @@ def run_cell(case: BenchCase, mode: str, strategy: Strategy, device: str, ref: d
         if device == "cuda":
             torch.cuda.empty_cache()
     return res
+
+
+# ---- rounds: the cells of one (model, mode) row compiled first, then timed side by side ----
+
+def _allocated(device: str) -> int:
+    return torch.cuda.memory_allocated() if device == "cuda" else 0
+
+
+def _frames_compiled() -> int:
+    """Frames Dynamo has tried to compile so far (a cache miss each): a rise while timing is a recompile."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["frames"]["total"])
+
+
+@dataclass
+class LiveCell:
+    """A compiled and checked cell kept ready to run, for :func:`run_rounds`.
+
+    Attributes:
+        name: the strategy's name.
+        res: the cell's result so far (compile and check fields); :func:`run_rounds` adds the timing fields.
+        step: one iteration (the compiled callable with its model copy, optimizer and inputs); ``None`` once
+            the cell failed or was released.
+        module: the compiled model copy (held so that :func:`release` frees it).
+        batch_size: examples per iteration.
+        samples: the timed iterations of each round, ms.
+        positions: the cell's place in each round's order (0 = timed first).
+        footprint: CUDA bytes this cell holds between its iterations (model copy, gradients, optimizer state,
+            CUDA-graph pools), measured when it was compiled and warmed up.
+        peak: CUDA: ``max_memory_allocated`` during its timed iterations of round 0 less the other live
+            cells' footprints, bytes.
+    """
+
+    name: str
+    res: dict[str, Any]
+    step: Callable[[], Any] | None
+    module: nn.Module | None
+    batch_size: int
+    samples: list[list[float]] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)
+    footprint: int = 0
+    peak: int | None = None
+
+
+def reset_compiler(device: str) -> None:
+    """Drop every Dynamo cache entry (and CUDA-graph tree) and collect: the start and end of a row in rounds."""
+    torch._dynamo.reset()
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
+@contextlib.contextmanager
+def row_of_compiled(cells: int):
+    """Dynamo's recompile limit raised for a row of ``cells`` compiled strategies that stay alive together.
+
+    Every strategy of a row compiles the same ``forward`` code objects with its own backend, and each
+    compile is one more cache entry on them; at Dynamo's default limit (8) the ninth strategy would run
+    eagerly. The limit is multiplied by the number of cells, so each keeps the budget it has alone.
+    """
+    cfg = torch._dynamo.config
+    name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
+    limit = getattr(cfg, name)
+    acc = "accumulated_recompile_limit" if hasattr(cfg, "accumulated_recompile_limit") else \
+        "accumulated_cache_size_limit"
+    with cfg.patch(**{name: limit * max(1, cells), acc: max(getattr(cfg, acc), limit * max(1, cells))}):
+        yield
+
+
+def prepare_cell(case: BenchCase, mode: str, strategy: Strategy, device: str, ref: dict[str, Any], *,
+                 fresh_cache: bool = True, optimus_options: dict | None = None,
+                 log: Callable[[str], None] = lambda _m: None) -> tuple[dict[str, Any], LiveCell | None]:
+    """Compile and check one cell as :func:`run_cell` does, but time nothing: keep its step alive.
+
+    Dynamo is not reset (the row's earlier cells stay compiled; call :func:`reset_compiler` around the row,
+    and compile the row inside :func:`row_of_compiled`). Returns ``(res, live)``: ``res`` has the compile and
+    check fields and ``status`` ``"ok"``, ``"mismatch"`` or ``"error"``; ``live`` is ``None`` when the cell
+    raised (``res`` then holds the error).
+    """
+    res: dict[str, Any] = {"status": "error", "error": None}
+    optimus_eq.last_reports.clear()
+    gc.collect()
+    before = _allocated(device)
+    module = _prepare(case, mode)
+    try:
+        with _compile_context(strategy, device, fresh_cache):
+            step = _compile_and_check(res, case, mode, strategy, device, ref, module, optimus_options, log)
+        res["status"] = _status(res)
+    except Exception as exc:  # one failing cell is recorded and the row goes on
+        _record_error(res, exc)
+        del module
+        gc.collect()
+        return res, None
+    _sync(device)
+    gc.collect()
+    return res, LiveCell(strategy.name, res, step, module, case.batch_size, footprint=_allocated(device) - before)
+
+
+def run_rounds(cells: list[LiveCell], rounds: int, *, iters: int, warmup: int, device: str,
+               log: Callable[[str], None] = lambda _m: None) -> None:
+    """Time the live cells of one row side by side, ``rounds`` times, then count their kernels.
+
+    Round ``k`` (from 0) runs the cells in the order of ``cells`` rotated to start at cell ``k mod n``, so
+    drift (clocks, host load, leftover compile workers) falls on every strategy alike. In round 0 each cell
+    first runs ``warmup`` untimed iterations; in later rounds one untimed iteration (the first call after
+    another cell ran pays cold caches and Dynamo's lookup past the other cells' cache entries). Then
+    ``iters`` timed iterations, each synchronized. Afterwards each cell's ``res`` gets
+    :func:`timing_fields` (``ms`` = median of all its timed iterations of all rounds, ``ms_rounds``,
+    ``ms_spread``), ``round_positions``, ``peak_mem_mib`` (CUDA: the peak during its timed iterations of
+    round 0 less the other live cells' footprints; no garbage collection runs between cells in later
+    rounds), its kernel count, and ``recompiles_while_timed`` when Dynamo compiled
+    a frame during its timed iterations (its figures then include a compile). A cell that raises gets
+    ``status`` ``"error"`` and leaves the rounds.
+    """
+    n = len(cells)
+    for k in range(rounds):
+        for pos in range(n):
+            c = cells[(k + pos) % n]
+            if c.step is None:
+                continue
+            try:
+                cuda_round0 = device == "cuda" and k == 0  # memory is measured in round 0 only
+                if k == 0:
+                    if cuda_round0:
+                        gc.collect()
+                    m0 = _allocated(device)
+                    for _ in range(warmup):
+                        c.step()
+                    _sync(device)
+                    if cuda_round0:
+                        gc.collect()
+                        c.footprint += _allocated(device) - m0  # CUDA-graph recordings, state made lazily
+                        torch.cuda.empty_cache()
+                        torch.cuda.reset_peak_memory_stats()
+                else:
+                    c.step()
+                    _sync(device)
+                log(f"round {k + 1}/{rounds}: {c.name}")
+                frames = _frames_compiled()
+                c.samples.append(time_iterations(c.step, device, iters))
+                c.positions.append(pos)
+                if _frames_compiled() != frames:
+                    c.res["recompiles_while_timed"] = c.res.get("recompiles_while_timed", 0) + \
+                        _frames_compiled() - frames
+                if cuda_round0:
+                    others = sum(o.footprint for o in cells if o is not c and o.step is not None)
+                    c.peak = torch.cuda.max_memory_allocated() - others
+            except Exception as exc:  # this cell leaves the rounds; the others go on
+                _record_error(c.res, exc)
+                c.step = c.module = None
+    for c in cells:
+        if c.step is None or not c.samples:
+            continue
+        try:
+            c.res.update(timing_fields(c.samples, c.batch_size, rounds=True))
+            c.res["round_positions"] = list(c.positions)
+            if device == "cuda" and c.peak is not None:
+                c.res["peak_mem_mib"] = c.peak / 2**20
+            c.res.update(count_kernels(c.step, device))
+        except Exception as exc:
+            _record_error(c.res, exc)
+            c.step = c.module = None
+
+
+def release(cells: list[LiveCell], device: str) -> None:
+    """Free a row's live cells: their steps and model copies, Dynamo's cache entries, the CUDA caching allocator."""
+    for c in cells:
+        c.step = c.module = None
+    cells.clear()
+    reset_compiler(device)

@@ -49,6 +49,88 @@ def as_inductor(results: dict, c: dict) -> bool:
     return True
 
 
+#: The noise rule of side-by-side rounds (``--rounds`` > 1), as results.md states it.
+NOISE_RULE = ("a strategy is faster than another of the same row only when its slowest round median is below the "
+              "other's fastest round median (their ranges of round medians do not overlap); otherwise the "
+              "difference is within noise")
+NOISE_MARK = " ~"
+#: Per-row comparisons results.md lists with rounds: (strategy, against), where both ran.
+VERSUS = (("eqsat", "inductor"), ("eqsat", "greedy"), ("eqsat-cudagraphs", "inductor-cudagraphs"),
+          ("eqsat-cudagraphs", "greedy-cudagraphs"))
+
+
+def round_range(c: dict | None) -> tuple[float, float] | None:
+    """``(fastest, slowest)`` of a cell's round medians (ms), or ``None`` without two rounds."""
+    r = (c or {}).get("ms_rounds")
+    if not r or len(r) < 2:
+        return None
+    return min(r), max(r)
+
+
+def versus(a: dict | None, b: dict | None) -> str | None:
+    """``"faster"``, ``"slower"`` or ``"noise"``: cell ``a`` against cell ``b`` of the same row by
+    :data:`NOISE_RULE`; ``None`` when either has fewer than two round medians (no noise estimate)."""
+    ra, rb = round_range(a), round_range(b)
+    if ra is None or rb is None:
+        return None
+    if ra[1] < rb[0]:
+        return "faster"
+    if rb[1] < ra[0]:
+        return "slower"
+    return "noise"
+
+
+def rounds_used(results: dict) -> int:
+    """The most round medians any cell has (0 or 1: every cell was timed alone)."""
+    return max((len(c.get("ms_rounds") or []) for c in results["cells"]), default=0)
+
+
+def _fastest(results: dict, model: str, mode: str) -> dict | None:
+    ok = [c for c in (_cell(results["cells"], model, mode, s) for s in results["config"]["strategies"])
+          if c and c["status"] == "ok" and c.get("ms") is not None]
+    return min(ok, key=lambda c: c["ms"]) if ok else None
+
+
+def _ms_text(results: dict, c: dict) -> str:
+    """The headline's ms of ``c``; with rounds, bold for the row's fastest and ``~`` when within noise of it."""
+    text = f"{_f(c.get('ms'), '.2f')} ms"
+    if round_range(c) is None:
+        return text
+    best = _fastest(results, c["model"], c["mode"])
+    if best is c:
+        return f"**{text}**"
+    return text + (NOISE_MARK if versus(c, best) == "noise" else "")
+
+
+def comparisons(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each pair of :data:`VERSUS` on each (model, mode) where both cells have a median ms.
+
+    Returns ``[{"model", "mode", "strategy", "against", "ms", "against_ms", "ratio", "verdict", "range",
+    "against_range"}]`` with ``ratio`` = strategy's ms / against's (< 1: faster), ``verdict`` from
+    :func:`versus` and the ranges of round medians (``None`` without rounds).
+    """
+    out = []
+    for mode in results["config"]["modes"]:
+        for m in results["config"]["models"]:
+            for s, o in VERSUS:
+                a, b = _cell(results["cells"], m, mode, s), _cell(results["cells"], m, mode, o)
+                if not a or not b or a.get("ms") is None or b.get("ms") is None or b["ms"] <= 0:
+                    continue
+                out.append({"model": m, "mode": mode, "strategy": s, "against": o, "ms": a["ms"],
+                            "against_ms": b["ms"], "ratio": a["ms"] / b["ms"], "verdict": versus(a, b),
+                            "range": round_range(a), "against_range": round_range(b),
+                            "marks": _mark(results, a) + _mark(results, b)})
+    return out
+
+
+_VERDICT = {"faster": "faster, beyond noise", "slower": "SLOWER, beyond noise", "noise": "within noise",
+            None: "n/a (one round: no noise estimate)"}
+
+
+def _range_text(r: tuple[float, float] | None) -> str:
+    return "" if r is None else f"{r[0]:.3f}-{r[1]:.3f}"
+
+
 def _mark(results: dict, c: dict) -> str:
     if c["status"] != "mismatch":
         return ""
@@ -58,7 +140,8 @@ def _mark(results: dict, c: dict) -> str:
 def headline(results: dict[str, Any]) -> list[str]:
     """Markdown lines: kernels per iteration and median ms, one row per (model, mode), every strategy that ran
     as a column, in the run's order (``none`` too: Inductor through our backend with the graph unchanged, the
-    baseline of ours)."""
+    baseline of ours). With rounds the row's fastest ms is bold and ms within noise of it (:data:`NOISE_RULE`)
+    is marked ``~``."""
     cfg = results["config"]
     strategies = list(cfg["strategies"])
     lines = ["| model | mode | " + " | ".join(strategies) + " |", "|---|---|" + "---:|" * len(strategies)]
@@ -70,7 +153,7 @@ def headline(results: dict[str, Any]) -> list[str]:
                 if c is None or c["status"] in ("error", "skipped", "not_run"):
                     row.append(_MARK.get(c["status"], "") if c else "")
                 else:
-                    row.append(f"{c.get('kernels', 'n/a')} k, {_f(c.get('ms'), '.2f')} ms{_mark(results, c)}")
+                    row.append(f"{c.get('kernels', 'n/a')} k, {_ms_text(results, c)}{_mark(results, c)}")
             if any(row):
                 lines.append(f"| {m} | {'train' if mode == 'train' else 'inference'} | " + " | ".join(row) + " |")
     return lines
@@ -118,6 +201,10 @@ def one_line(c: dict[str, Any]) -> str:
     if c["status"] in ("error", "skipped", "not_run"):
         return f"{head}: {c.get('error')}"
     parts = [f"{_f(c.get('ms'), '.3f')} ms", f"{c.get('kernels', 'n/a')} kernels"]
+    if c.get("ms_rounds"):
+        parts[0] += " (rounds " + "/".join(f"{v:.3f}" for v in c["ms_rounds"]) + ")"
+    if c.get("recompiles_while_timed"):
+        parts.append(f"RECOMPILED {c['recompiles_while_timed']}x while timed")
     if c.get("compile_s") is not None:
         parts.append(f"compile {_f(c['compile_s'], '.1f')} s (ours {_f(c.get('optimizer_s'), '.2f')})")
     if c.get("fallback"):
@@ -183,6 +270,14 @@ def markdown(results: dict[str, Any]) -> str:
     out.append(f"- sizes: `{cfg['size']}` presets, dtype {cfg['dtype']}, {cfg['iters']} timed iterations after "
                f"{cfg['warmup']} warm-up; Inductor cache: {_CACHE_TEXT.get(cfg.get('cache'), cfg.get('cache'))}"
                + (f"; overrides {cfg['overrides']}" if cfg.get("overrides") else ""))
+    n_rounds = rounds_used(results)
+    if n_rounds >= 2:
+        out.append(f"- timing in side-by-side rounds (`--rounds {cfg.get('rounds', n_rounds)}`): the strategies of each "
+                   "(model, mode) row were compiled and checked first and kept alive, then timed one after another "
+                   f"in {n_rounds} rounds of {cfg['iters']} iterations (round 1 after {cfg['warmup']} warm-up "
+                   "iterations, later rounds after one untimed iteration), the order rotated by one strategy per "
+                   "round so that drift falls on all alike; ms = median of all rounds' iterations. Noise rule: "
+                   f"{NOISE_RULE}.")
     if env.get("prewarm"):
         pw = env["prewarm"]
         out.append(f"- cache prefilled by `--prewarm {pw['jobs']}` ({pw['seconds']:.0f} s, every cell compiled once in "
@@ -207,12 +302,25 @@ def markdown(results: dict[str, Any]) -> str:
         out += [f"- {g['model']} {g['mode']}: built-in {g['builtin']}, ours {g['ours']} ({g['ours_strategy']}): "
                 + (f"ours {g['ratio']:.2f}x fewer" if g["ratio"] > 1 else
                    "tie" if g["ratio"] == 1 else f"built-in {1 / g['ratio']:.2f}x fewer") for g in gap]
+    if n_rounds >= 2:
+        legend[1] += (f" With rounds: **ms** = the row's fastest; `~` after an ms or a speed-up = within noise (of the "
+                      "row's fastest in the headline, of the baseline in the ms tables).")
+    pairs = comparisons(results) if n_rounds >= 2 else []
+    if pairs:
+        out += ["", "eqsat against Inductor alone and against greedy, row by row (ratio of median ms, < 1 = eqsat "
+                f"faster; range of round medians in ms; verdict by the noise rule):", "",
+                "| model | mode | strategy | against | ms ratio | its round medians | against's round medians | "
+                "verdict |", "|---|---|---|---|---:|---:|---:|---|"]
+        for v in pairs:
+            out.append(f"| {v['model']} | {v['mode']} | {v['strategy']} | {v['against']} | {v['ratio']:.3f}{v['marks']} | "
+                       f"{_range_text(v['range'])} | {_range_text(v['against_range'])} | {_VERDICT[v['verdict']]} |")
     out += legend
     for mode in cfg["modes"]:
         title = "inference" if mode == "inference" else "training step (forward + loss + backward)"
         out += [f"## {title}", ""]
         speed = (lambda c, m=mode: _f(c.get("ms"), ".3f") + _speedup(results, c, m, base))
-        out += [f"### ms per iteration (median; in parentheses: speed-up over `{base}`)", ""]
+        out += [f"### ms per iteration (median; in parentheses: speed-up over `{base}`"
+                + (", `~` = within noise" if n_rounds >= 2 else "") + ")", ""]
         out += _pivot(results, mode, speed, _best_by("ms", True)) + [""]
         out += ["### kernels per iteration", ""]
         out += _pivot(results, mode, lambda c: str(c.get("kernels", "n/a"))
@@ -228,16 +336,19 @@ def markdown(results: dict[str, Any]) -> str:
             out += ["### peak GPU memory, MiB", ""]
             out += _pivot(results, mode, lambda c: _f(c.get("peak_mem_mib"), ".0f"), _best_by("peak_mem_mib", True))
             out += [""]
+    rounds_col = ["round medians"] if n_rounds >= 2 else []
     out += ["## All cells", "",
-            "| model | mode | strategy | status | ms | examples/s | kernels | peak MiB | compile s | ours s | "
-            "Inductor s | e-nodes | FX nodes | max diff |",
-            "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "| model | mode | strategy | status | ms | " + "".join(f"{h} | " for h in rounds_col)
+            + "examples/s | kernels | peak MiB | compile s | ours s | Inductor s | e-nodes | FX nodes | max diff |",
+            "|---|---|---|---|---:|" + "---:|" * len(rounds_col) + "---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for c in results["cells"]:
         fx = (f"{c['fx_nodes_before']}->{c['fx_nodes_after']}" if c.get("fx_nodes_before") is not None else "")
+        rounds_text = ["/".join(f"{v:.3f}" for v in c.get("ms_rounds") or [])] if rounds_col else []
         out.append("| " + " | ".join([
             c["model"], c["mode"], c["strategy"], c["status"] + (" (fell back)" if c.get("fallback") else "")
-            + (f" ({c['cudagraph_skips']} graphs without CUDA graphs)" if c.get("cudagraph_skips") else ""),
-            _f(c.get("ms"), ".3f"), _f(c.get("examples_per_s"), ".0f"), str(c.get("kernels", "")),
+            + (f" ({c['cudagraph_skips']} graphs without CUDA graphs)" if c.get("cudagraph_skips") else "")
+            + (f" (recompiled {c['recompiles_while_timed']}x while timed)" if c.get("recompiles_while_timed") else ""),
+            _f(c.get("ms"), ".3f"), *rounds_text, _f(c.get("examples_per_s"), ".0f"), str(c.get("kernels", "")),
             _f(c.get("peak_mem_mib"), ".0f") if c.get("peak_mem_mib") is not None else "",
             _f(c.get("compile_s"), ".1f") if c.get("compile_s") is not None else "",
             _f(c.get("optimizer_s"), ".2f") if c.get("optimizer_s") is not None else "",
@@ -262,7 +373,12 @@ def markdown(results: dict[str, Any]) -> str:
             "- compile s: wall time of the first call (Dynamo, optimus_eq, AOTAutograd, Inductor, one run); "
             "ours: optimus_eq's `Report.times['total']` summed over graphs; Inductor: "
             "`compile_fx_inner` from Dynamo's compile-time metrics (forward and backward graphs).",
-            "- e-nodes: e-graph size after the search, summed over the graphs Dynamo produced.", ""]
+            "- e-nodes: e-graph size after the search, summed over the graphs Dynamo produced."]
+    if n_rounds >= 2 and cfg["device"] == "cuda":
+        out.append("- peak MiB with rounds: `max_memory_allocated` during the cell's timed iterations less what the "
+                   "row's other live cells hold between their iterations (measured after each one's compile and "
+                   "warm-up), in round 1.")
+    out.append("")
     return "\n".join(out)
 
 
@@ -272,7 +388,7 @@ def _speedup(results: dict, c: dict, mode: str, base: str | None) -> str:
     b = _cell(results["cells"], c["model"], mode, base)
     if not b or b.get("ms") is None or c.get("ms") is None or c["ms"] <= 0:
         return ""
-    return f" ({b['ms'] / c['ms']:.2f}x)"
+    return f" ({b['ms'] / c['ms']:.2f}x{NOISE_MARK if versus(c, b) == 'noise' else ''})"
 
 
 def log_floor(smallest: float) -> float:

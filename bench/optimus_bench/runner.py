@@ -4,6 +4,9 @@
 cell (:func:`optimus_bench.measure.run_cell`) and rewrites ``results.json`` after every cell, so a run
 cut short (a device time limit) still leaves every finished cell on disk. A cell that raises is recorded
 with its error and the run goes on; a model whose optional dependency is missing is recorded as skipped.
+With ``rounds`` > 1 the cells of one (model, mode) row are compiled and checked first, then timed side by
+side in rounds (:func:`optimus_bench.measure.run_rounds`), so that the strategies of a row are compared at
+the same moments.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ DEFAULT_STRATEGIES = ("eager", "inductor", "inductor-cudagraphs", "inductor-opti
                       "eqsat-cudagraphs")
 CPU_DEFAULT_STRATEGIES = ("eager", "inductor", "inductor-optimus", "none", "greedy", "eqsat")
 CACHE_MODES = ("cold", "row", "warm")
+_PENDING = "compiled and checked, but its row's rounds were not timed (the run was cut short)"
 
 
 def environment(device: str) -> dict[str, Any]:
@@ -119,7 +123,7 @@ def run_matrix(models: list[str], strategies: list[str], modes: list[str], devic
                cache: str = "cold", overrides: dict[str, dict] | None = None, seed: int = 0,
                time_budget_s: float | None = None, plots: bool = True, progress: bool = True,
                warm_up: bool = True, argv: list[str] | None = None,
-               cost_model: str | None = None, prewarmed: dict | None = None) -> dict[str, Any]:
+               cost_model: str | None = None, prewarmed: dict | None = None, rounds: int = 1) -> dict[str, Any]:
     """Run the matrix and write ``results.json``, ``results.md`` and the plots under ``out_dir``.
 
     Args:
@@ -140,13 +144,24 @@ def run_matrix(models: list[str], strategies: list[str], modes: list[str], devic
             ``-cudagraphs`` strategies the backend's CUDA-graph model.
         prewarmed: what :func:`prewarm` returned, when the cache was filled by it (recorded in the
             environment; compile times are then warm-cache times).
+        rounds: 1 (default): each cell is timed alone, right after its compile (:func:`measure.run_cell`).
+            More: per (model, mode) row, every strategy's cell is compiled and checked first and kept alive
+            (:func:`measure.prepare_cell`), then the row's cells are timed side by side in ``rounds``
+            rounds of ``iters`` iterations each, in an order rotated by one strategy per round
+            (:func:`measure.run_rounds`), so that drift between moments falls on every strategy alike;
+            ``ms`` is then the median over all rounds and the cells also get ``ms_rounds`` (each round's
+            median), ``ms_spread`` and ``round_positions``. The row's cells are freed after the row. The
+            rounds of the cells compiled before a time budget ran out are always run (they cost ``rounds``
+            times a cell's timing, which the budget never cut short either).
 
     Returns the results dict (``environment``, ``config``, ``cells``; see ``bench/README.md``).
 
     Raises:
-        ValueError: unknown model, strategy or mode names (before any work).
+        ValueError: unknown model, strategy or mode names, or ``rounds`` < 1 (before any work).
         RuntimeError: ``device="cuda"`` without a CUDA device.
     """
+    if not (isinstance(rounds, int) and rounds >= 1):
+        raise ValueError(f"rounds must be a whole number >= 1, got {rounds!r}")
     for m in models:
         if m not in MODELS:
             raise ValueError(f"unknown model {m!r}; valid: {', '.join(MODELS)}")
@@ -180,7 +195,7 @@ def run_matrix(models: list[str], strategies: list[str], modes: list[str], devic
         "config": {"models": list(models), "strategies": [s.name for s in chosen], "modes": list(modes),
                    "device": device, "size": size, "dtype": str(dtype).removeprefix("torch."), "iters": iters,
                    "warmup": warmup, "cache": cache, "overrides": overrides or {}, "seed": seed,
-                   "argv": argv, "cost_model": cost_constants},
+                   "argv": argv, "cost_model": cost_constants, "rounds": rounds},
         "strategies": {s.name: {"kind": s.kind, "description": s.description, "mode": s.mode,
                                 "inductor_options": s.inductor_options} for s in chosen},
         "kernel_note": KERNEL_NOTES[device],
@@ -196,10 +211,17 @@ def run_matrix(models: list[str], strategies: list[str], modes: list[str], devic
         say("warming up Dynamo and Inductor (one tiny compile, kept out of every cell's compile time) ...")
         results["environment"]["warmup_s"] = warm_up_compiler(device)
 
-    def record(cell: dict[str, Any]) -> None:
-        results["cells"].append(cell)
+    def save() -> None:
         results["environment"]["elapsed_s"] = time.perf_counter() - started
         output.write_json(results, out_dir / "results.json")
+
+    def record(cell: dict[str, Any]) -> dict[str, Any]:
+        results["cells"].append(cell)
+        save()
+        return cell
+
+    def budget_spent() -> bool:
+        return time_budget_s is not None and time.perf_counter() - started > time_budget_s
 
     def run_row(model_name: str, case, build_error, mode: str) -> None:
         ref = ref_error = None
@@ -208,13 +230,16 @@ def run_matrix(models: list[str], strategies: list[str], modes: list[str], devic
                 ref = measure.reference(case, mode)
             except Exception as exc:
                 ref_error = f"eager reference failed: {type(exc).__name__}: {exc}"
+        if rounds > 1 and not (build_error or ref_error):
+            run_row_in_rounds(model_name, case, ref, mode)
+            return
         for strat in chosen:
             key = {"model": model_name, "mode": mode, "strategy": strat.name}
             bar.set_description_str(f"{model_name}/{mode}/{strat.name}")
             if build_error or ref_error:
                 status, error = build_error or ("error", ref_error)
                 record({**key, "status": status, "error": error})
-            elif time_budget_s is not None and time.perf_counter() - started > time_budget_s:
+            elif budget_spent():
                 record({**key, "status": "not_run", "error": f"time budget of {time_budget_s:.0f} s spent"})
             else:
                 cell = measure.run_cell(case, mode, strat, device, ref, iters=iters, warmup=warmup,
@@ -222,6 +247,43 @@ def run_matrix(models: list[str], strategies: list[str], modes: list[str], devic
                 record({**key, **cell})
                 say(output.one_line(results["cells"][-1]))
             bar.update(1)
+
+    def run_row_in_rounds(model_name: str, case, ref, mode: str) -> None:
+        """Compile and check every strategy of the row (recorded at once, without timing), then time the live
+        cells side by side in rounds and fill in their timing fields."""
+        live: list[measure.LiveCell] = []
+        measure.reset_compiler(device)
+        try:
+            with measure.row_of_compiled(len(chosen)):
+                for strat in chosen:
+                    key = {"model": model_name, "mode": mode, "strategy": strat.name}
+                    bar.set_description_str(f"{model_name}/{mode}/{strat.name} (compile)")
+                    if budget_spent():
+                        record({**key, "status": "not_run", "error": f"time budget of {time_budget_s:.0f} s spent"})
+                    else:
+                        res, cell = measure.prepare_cell(case, mode, strat, device, ref, fresh_cache=(cache == "cold"),
+                                                         optimus_options=optimus_options)
+                        if cell is None:
+                            say(output.one_line(record({**key, **res})))
+                        else:
+                            # on disk as not run until its rounds are timed: a run cut short in the rounds leaves
+                            # no untimed cell that --merge would prefer to a timed one
+                            cell.res = record({**key, **res, "status": "not_run", "checked": res["status"],
+                                               "error": _PENDING})
+                            live.append(cell)
+                    bar.update(1)
+                if live:
+                    say(f"{model_name}/{mode}: timing {len(live)} cells side by side, {rounds} rounds x {iters} "
+                        f"iterations ...")
+                    measure.run_rounds(live, rounds, iters=iters, warmup=warmup, device=device)
+                    for cell in live:
+                        checked = cell.res.pop("checked")
+                        if cell.res["status"] == "not_run":  # not failed in the rounds
+                            cell.res["status"], cell.res["error"] = checked, None
+                        say(output.one_line(cell.res))
+                    save()
+        finally:
+            measure.release(live, device)
 
     for model_name in models:
         case = build_error = None

@@ -138,7 +138,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             models, strategies, modes, device, args.out, size=args.size, dtype=dtype, iters=args.iters,
             warmup=args.warmup, cache=cache, overrides=overrides,
             time_budget_s=args.time_budget, plots=not args.no_plots, progress=not args.no_progress,
-            argv=sys.argv[1:], cost_model=args.cost_model, prewarmed=prewarmed)
+            argv=sys.argv[1:], cost_model=args.cost_model, prewarmed=prewarmed, rounds=args.rounds)
     except (ValueError, RuntimeError) as exc:
         print(f"optimus-eq bench: {exc}", file=sys.stderr)
         return 2
@@ -378,6 +378,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run every (model, mode, strategy) cell: compile, check outputs (and gradients) against "
         "eager, and measure kernels per iteration, ms per iteration, examples/s, peak GPU memory, compile time "
         "(optimus_eq's and Inductor's shares) and e-graph size. A failing cell is recorded and the run goes on. "
+        "With --rounds R > 1 the strategies of each (model, mode) are timed side by side, in R rounds whose "
+        "order rotates, instead of each alone at its own moment. "
         "Lists are comma- or space-separated; 'optimus-eq bench --list' prints the names.",
         epilog="GPU default (--device cuda): every model at its 'gpu' size, strategies eager, inductor, "
         "inductor-cudagraphs, inductor-optimus, greedy, eqsat, eqsat-cudagraphs, both modes; sized to finish in "
@@ -396,6 +398,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
     bench.add_argument("--iters", type=int, default=20, help="timed iterations per cell (default 20)")
     bench.add_argument("--warmup", type=int, default=3, help="untimed iterations before timing (default 3)")
+    bench.add_argument("--rounds", type=int, default=1, metavar="R",
+                       help="1 (default): each cell is timed alone right after its compile. R > 1: per model and "
+                       "mode, compile and check every strategy first, keep them alive, then time them side by side "
+                       "in R rounds of --iters iterations, the order rotated each round; ms = median over all "
+                       "rounds, and results.md marks differences within the spread of round medians as noise")
     bench.add_argument("--cache", choices=("cold", "row", "warm"), default=None,
                        help="Inductor cache: cold = empty per cell (comparable compile times), row = empty per "
                        "model and mode, shared by its strategies (about 2x faster; later strategies reuse "
