@@ -67,9 +67,12 @@ def fused_nodes(view, kinds: dict, sizes: dict, forced=frozenset()) -> dict:
     credits with fusion (module doc). ``kinds``: :func:`op_kinds`; ``sizes``: e-class -> element count."""
     node_kind = {}
     for nid, node in view.nodes.items():
-        k = None if nid in forced else _kind(node, kinds)
-        if k is not None:
-            node_kind[nid] = k
+        # only pointwise ops and Apply have a kind: the op test first skips the call for the rest (views, list
+        # cells: most of 10^5 e-nodes)
+        if (node.op in _ELEMENTWISE or node.op == "Apply") and nid not in forced:
+            k = _kind(node, kinds)
+            if k is not None:
+                node_kind[nid] = k
     class_kind: dict = {}  # e-class -> "pointwise" (all pointwise) / "reduction" (some reduction) / None
 
     def kind_of_class(c):

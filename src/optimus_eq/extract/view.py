@@ -9,7 +9,7 @@ import gc
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from optimus_eq.cost import GPUCostModel, numel
+from optimus_eq.cost import FREE, VIEWS, GPUCostModel, numel
 from optimus_eq.extract.fusion import fused_nodes
 from optimus_eq.extract.grad import packed_cats, training_costs
 from optimus_eq.terms import CONSTRUCTORS
@@ -261,11 +261,21 @@ class EGraphView:
             sizes[c] = n
         memo: dict = {}
         get = sizes.get
+        # GPUCostModel prices a list cell, a leaf or a view by its op alone (FREE, VIEWS): those e-nodes (most of
+        # an e-graph's, 70% at 287k) need no size lookups; a subclass that overrides node_cost gets them all
+        unsized = FREE | VIEWS if type(model).node_cost is GPUCostModel.node_cost else frozenset()
         for nid, node in self.nodes.items():
-            key = (node.op, get(node.eclass), tuple(map(get, node.children)), nid in forced)
-            cost = memo.get(key)
-            if cost is None:
-                cost = memo[key] = model.node_cost(key[0], key[1], list(key[2]), key[3])
+            op = node.op
+            if op in unsized:
+                key = (op, nid in forced)
+                cost = memo.get(key)
+                if cost is None:
+                    cost = memo[key] = model.node_cost(op, None, [], key[1])
+            else:
+                key = (op, get(node.eclass), tuple(map(get, node.children)), nid in forced)
+                cost = memo.get(key)
+                if cost is None:
+                    cost = memo[key] = model.node_cost(op, key[1], list(key[2]), key[3])
             node.cost = cost
         fused: dict = {}
         if self.op_kinds is not None and getattr(model, "fusion", False):
