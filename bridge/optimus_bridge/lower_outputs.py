@@ -26,7 +26,7 @@ def _aliases(values: list, graph: Graph, remap: dict | None = None, empty: bool 
     outputs (``("out", k)``) it shares storage with (``remap``: :func:`~optimus_bridge.translate.eager_storage_map`;
     ``empty``: tensors of no elements count, :func:`~optimus_bridge.translate.storage_id`). ``memo``: a dict
     shared by the calls of one check on graphs whose inputs do not change meanwhile, so each input's storage
-    is read once (22k weights at 50k FX nodes; the lowered graph's inputs carry the original's FakeTensors).""""
+    is read once (22k weights at 50k FX nodes; the lowered graph's inputs carry the original's FakeTensors)."""
     memo = {} if memo is None else memo
     key = (id(graph), empty, tuple(sorted(remap.items())) if remap else ())
     ins = memo.get(key)
