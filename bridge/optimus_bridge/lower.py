@@ -55,6 +55,7 @@ class Lowerer:
         self.splits: dict[str, SplitGroup] = {}
         self.op_key: dict[Node, int] = {}  # emitted pure-op node -> its op key (gradient check)
         self._size_nodes: dict = {}  # sympy expression -> its emitted value (symbolic sizes)
+        self._dep_memo: dict = {}  # class -> :meth:`_deps`
 
     def class_of(self, node: Node) -> str:
         return self.view.node_of[self.t.node_id[node]]
@@ -94,20 +95,50 @@ class Lowerer:
         return chosen_list(self.view, self.choice, cls)
 
     def _deps(self, cls: str) -> list[str]:
+        """The classes whose values ``cls``'s chosen e-node is emitted from (memoized: the reachability walk,
+        the emission walk and the pure-op emitter all ask). A cat emitted as a stack (:meth:`_stack_inputs`)
+        depends on the unsqueezes' inputs, so the unsqueezes themselves are never emitted (they were
+        emitted and removed as dead terms: 22k nodes at 50k FX nodes)."""
+        got = self._dep_memo.get(cls)
+        if got is None:
+            got = self._dep_memo[cls] = self._find_deps(cls)
+        return got
+
+    def _find_deps(self, cls: str) -> list[str]:
         node = self.view.nodes[self.choice[cls]]
         if node.op in ("Cat", "Apply", "Binary"):
+            if node.op == "Apply" and node.literals[0] in self.t.opaque_keys:
+                return []
+            if node.op == "Cat":
+                inner = self._stack_inputs(node)
+                if inner is not None:
+                    return inner
             kids = []
             for c in node.children:
                 if self.view.nodes[self.choice[c]].op in ("Cons", "Nil", "ACons", "ANil"):
                     kids.extend(self._list(c))
                 else:
                     kids.append(c)
-            if node.op == "Apply" and node.literals[0] in self.t.opaque_keys:
-                return []
             return kids
         if node.op == "Leaf":
             return []
         return list(node.children)
+
+    def _stack_inputs(self, node) -> list[str] | None:
+        """The classes a chosen ``Cat`` e-node stacks: the inputs of its elements when the level has a stack and
+        each element is an unsqueeze along the cat's dim (the cat is emitted as ``level.stack`` of them), else
+        None."""
+        if self.level.stack is None:
+            return None
+        nodes, choice = self.view.nodes, self.choice
+        dim = nodes[choice[node.children[0]]].literals[0]
+        inner = []
+        for e in self._list(node.children[0]):
+            k = nodes[choice[e]]
+            if k.op != "Unsqueeze" or k.literals[0] != dim:
+                return None
+            inner.append(k.children[0])
+        return inner
 
     def _reachable(self, out_node: Node) -> list[str]:
         """The e-classes lowering will emit (before dead-term removal): those behind the non-kept inputs of
@@ -202,13 +233,11 @@ class Lowerer:
     def _emit_cat(self, cls: str, node) -> Node:
         """``level.cat`` of the list's elements, or ``level.stack`` of their inputs when each is an unsqueeze
         along the cat's dim."""
-        elems = self._list(node.children[0])
         dim = self.view.nodes[self.choice[node.children[0]]].literals[0]
-        kids = [self.view.nodes[self.choice[e]] for e in elems]
-        if self.level.stack is not None and all(k.op == "Unsqueeze" and k.literals[0] == dim for k in kids):
-            inner = [self.cval[k.children[0]] for k in kids]  # the unsqueezes become dead
-            return self.level.stack(self.graph, inner, dim)
-        return self.level.cat(self.graph, [self.cval[e] for e in elems], dim)
+        inner = self._stack_inputs(node)
+        if inner is not None:  # the unsqueezes are not emitted (:meth:`_deps`)
+            return self.level.stack(self.graph, [self.cval[c] for c in inner], dim)
+        return self.level.cat(self.graph, [self.cval[e] for e in self._list(node.children[0])], dim)
 
     def _emit_pure(self, cls: str, node) -> Node:
         """A pure op (``Unary``, ``Binary``, ``Apply``) from its recipe: its FX target and constant arguments,
@@ -305,13 +334,17 @@ class Lowerer:
             sys.setrecursionlimit(old_limit)
         self._remove_dead_terms()
         copies = set(self.env.values())
-        propagate_meta(self.graph, self.t.gm, self.t.gm, lambda n: n not in copies)
-        fixes = (partial(unalias_outputs, visible=self.t.visible_outputs, internal=self.t.internal_outputs),
-                 partial(fix_strides, copies=frozenset(copies), visible=self.t.visible_outputs), distinct_outputs)
+        memo: dict = {}  # the original's inputs, read once for every propagation
+        propagate_meta(self.graph, self.t.gm, self.t.gm, lambda n: n not in copies, memo=memo)
+        storages: dict = {}  # the inputs' storages, read once for both checks
+        fixes = (partial(unalias_outputs, visible=self.t.visible_outputs, internal=self.t.internal_outputs,
+                         memo=storages),
+                 partial(fix_strides, copies=frozenset(copies), visible=self.t.visible_outputs, memo=storages),
+                 distinct_outputs)
         for fix in fixes:
             added = fix(self.graph, out_node, self.level)
             if added:
-                propagate_meta(self.graph, self.t.gm, self.t.gm, lambda n: True, only=added)
+                propagate_meta(self.graph, self.t.gm, self.t.gm, lambda n: True, only=added, memo=memo)
         return _graph_module(self.t.gm, self.graph)
 
     def _remove_dead_terms(self) -> None:

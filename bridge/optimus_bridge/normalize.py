@@ -264,7 +264,7 @@ class Normalization:
             if isinstance(a, Node):
                 slots.append(self._term(a))
                 m = meta_val(a)
-                in_types.append((str(m.dtype), str(m.device)) if isinstance(m, torch.Tensor) else ("?", "?"))
+                in_types.append(_type_text(m.dtype, m.device) if isinstance(m, torch.Tensor) else ("?", "?"))
                 return Slot(len(slots) - 1)
             if isinstance(a, (list, tuple)):
                 return type(a)(sub(x) for x in a)
@@ -280,7 +280,7 @@ class Normalization:
             del sub  # a recursive closure is a reference cycle: it would keep the Translator alive until a GC
         if not slots:
             raise Unsupported("no tensor input")
-        types = (tuple(in_types), (str(val.dtype), str(val.device)))
+        types = (tuple(in_types), _type_text(val.dtype, val.device))
         key = self._key(f"{name}|{node.op}|{_target_name(node.target)}|{args!r}|{sorted(kwargs.items())!r}|"
                         f"{types!r}" + (f"|node:{node.name}" if unique else ""))
         self.t.recipes[key] = Recipe(name, node.op, node.target, args, kwargs)
@@ -305,6 +305,17 @@ def _fallback_random() -> bool:
     import torch._inductor.config as inductor_config
 
     return bool(inductor_config.fallback_random)
+
+
+_TYPE_TEXT: dict = {}
+
+
+def _type_text(dtype, device) -> tuple[str, str]:
+    """``(str(dtype), str(device))``, memoized (read for every tensor argument of every pure op)."""
+    got = _TYPE_TEXT.get((dtype, device))
+    if got is None:
+        got = _TYPE_TEXT[(dtype, device)] = (str(dtype), str(device))
+    return got
 
 
 def _target_name(target) -> str:

@@ -88,6 +88,7 @@ class RowWriter:
         self.rows["NilIn"].append((0,))
         self.rows["ANilIn"].append((0,))
         self._size_memo: dict = {}  # a SymInt's expression -> its token, or why it has none
+        self._shape_memo: dict = {}  # an all-int shape -> :meth:`_shape` of it
         self._find_size_sources()
 
     # -- symbolic sizes (optimus_eq.symbolic) ---------------------------------------------------------
@@ -137,8 +138,17 @@ class RowWriter:
         return got
 
     def _shape(self, sizes) -> tuple:
-        """:meth:`_size` of each entry of a shape (or stride) tuple."""
-        return tuple(self._size(s) for s in sizes)
+        """:meth:`_size` of each entry of a shape (or stride) tuple; memoized for all-int tuples (every node's
+        shape is read twice or more, and most nodes share a few shapes)."""
+        try:
+            got = self._shape_memo.get(sizes)
+        except TypeError:  # a symbolic SymInt is unhashable
+            return tuple(self._size(s) for s in sizes)
+        if got is None:
+            got = tuple(self._size(s) for s in sizes)
+            if all(type(s) is int for s in sizes):
+                self._shape_memo[sizes] = got
+        return got
 
     def _shaped(self, val) -> bool:
         """``val`` is a tensor whose sizes all have e-graph sizes (static, or symbolic tokens)."""

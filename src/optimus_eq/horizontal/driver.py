@@ -184,7 +184,7 @@ def fuse_round(egraph, patterns: Sequence, ctx: HorizontalContext, destructive: 
                 continue
             joined, ops = len(writer.rows["UnionIn"]), {r: len(writer.rows[r]) for r in _OP_RELATIONS}
             p.build(writer, members)
-            existing = set(writer._handle.values())  # the plan's e-nodes the build named, re-inserted
+            existing = writer.reinserted  # the plan's e-nodes the build named, re-inserted
             ctx.groups.append((p.name, [row[0] for r in _OP_RELATIONS for row in writer.rows[r][ops[r]:]
                                         if row[0] not in existing],
                                [t for _, t in writer.rows["UnionIn"][joined:]], {(m.op, m.key) for m in members}))

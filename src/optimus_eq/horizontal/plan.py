@@ -115,13 +115,20 @@ class PlanGraph(PlanAlternatives, PlanOrder):
         self.alternatives = False        # add_alternatives ran and added something
         self.choice = dict(choice)
         nodes = view.nodes
+        succ, pred, attrs = self.g._succ, self.g._pred, self.g._node
         for c, nid in choice.items():
             en = nodes[nid]
             if en.op in LIST_OPS:
                 continue
-            self.g.add_node(c)
+            if c not in succ:  # g.add_node(c), then g.add_edge(k, c) per child, without networkx's per-call cost
+                succ[c], pred[c], attrs[c] = {}, {}, {}
+            into = pred[c]
             for k in self.term_children(en):
-                self.g.add_edge(k, c)
+                if k not in succ:
+                    succ[k], pred[k], attrs[k] = {}, {}, {}
+                if c not in succ[k]:
+                    succ[k][c] = into[k] = {}
+        nx._clear_cache(self.g)
         self._order_edges()
         self.g.add_node(("output",))  # the graph's output node is a search root too, as upstream
         for c in outputs:
@@ -142,29 +149,35 @@ class PlanGraph(PlanAlternatives, PlanOrder):
     def _order_edges(self) -> None:
         """Kept FX nodes are lowered in their original order: chain them (and what feeds a barrier)."""
         tr, view, g = self.tr, self.view, self.g
+        succ, pred, attrs = g._succ, g._pred, g._node
 
         def cls_of(n):
             tid = tr.node_id.get(n)
             return None if tid is None else view.node_of.get(tid)
 
+        def add_edge(u, v):  # g.add_edge(u, v) of two nodes of g, without networkx's per-call cost
+            if v not in succ[u]:
+                succ[u][v] = pred[v][u] = {}
+
         prev = None
         for i, n in enumerate(tr.kept):
             c = cls_of(n)
-            if c is None or c not in g:
+            if c is None or c not in succ:
                 c = ("kept", i)
-                g.add_node(c)
+                succ[c], pred[c], attrs[c] = {}, {}, {}
                 for a in n.all_input_nodes:
                     for tid in ([tr.node_id[a]] if a in tr.node_id else tr.pieces.get(a, [])):
                         ac = view.node_of.get(tid)
-                        if ac in g:
-                            g.add_edge(ac, c)
+                        if ac in succ:
+                            add_edge(ac, c)
             for live in tr.barriers.get(n, ()):
                 lc = cls_of(live)
-                if lc in g and lc != c:
-                    g.add_edge(lc, c)
+                if lc in succ and lc != c:
+                    add_edge(lc, c)
             if prev is not None and prev != c:
-                g.add_edge(prev, c)
+                add_edge(prev, c)
             prev = c
+        nx._clear_cache(g)
 
     # -- members -------------------------------------------------------------------------------------
     def member(self, c) -> Member | None:
@@ -371,8 +384,16 @@ class PlanGraph(PlanAlternatives, PlanOrder):
         single = lo <= 1
         # an input with no inputs and no group key (a graph input: weights, biases) is neither collected nor
         # searched past, so it does not count: LayerNorm(x, w, b) and Linear(x, W, b) have one input here
-        roots = [c for c in reversed(self._seq) if c in near
-                 and (single or sum(1 for p in pred[c] if pred[p] or p in keys) >= 2)]
+        def joins(c) -> bool:  # two or more such inputs (stops counting at two: a cat may have 512)
+            seen_one = False
+            for p in pred[c]:
+                if pred[p] or p in keys:
+                    if seen_one:
+                        return True
+                    seen_one = True
+            return False
+
+        roots = [c for c in reversed(self._seq) if c in near and (single or joins(c))]
         # per node, its inputs that are viable matches, with their keys: the last level of a search needs
         # only these (its other nodes are neither collected nor searched past)
         last_inputs: dict = {}

@@ -51,6 +51,9 @@ class RowWriter:
         self.rows: dict[str, list[tuple]] = defaultdict(list)
         self.subsume_rows: dict[str, list[tuple]] = defaultdict(list)
         self._handle: dict = {}
+        #: handles :meth:`handle` made by re-inserting a plan e-node (every other handle is a term id below the
+        #: allocator's start, never a row this writer adds)
+        self.reinserted: set = set()
         for tid, c in view.node_of.items():
             self._handle.setdefault(c, tid)
         self._vecs: dict[tuple, int] = {}
@@ -145,6 +148,7 @@ class RowWriter:
         else:
             raise ValueError(f"cannot name e-class {cls} through a {op} e-node")
         self._handle[cls] = h
+        self.reinserted.add(h)
         return h
 
     def _elements(self, list_cls) -> list:
