@@ -32,8 +32,8 @@ python3 -c "import torch, triton; print(torch.__version__, triton.__version__)" 
 W=/tmp/matrix_$tag
 B="python3 -m optimus_eq.cli bench --device cuda --models $models --strategies $STRATS --no-plots --no-progress"
 start=$(date +%s)
-setsid timeout -s INT "$PREWARM_LIMIT" $B --prewarm "$JOBS" --time-budget 0 --iters 1 --out "$W" >"$OUT/$tag.prewarm.log" 2>&1
-pkill -f "optimus_eq.cli bench --models" 2>/dev/null; sleep 1
+timeout -s KILL "$PREWARM_LIMIT" $B --prewarm "$JOBS" --time-budget 0 --iters 1 --out "$W" >"$OUT/$tag.prewarm.log" 2>&1
+pkill -9 -f "optimus_eq.cli bench" 2>/dev/null; sleep 1  # the prewarm cells (SIGINT left them running: 331 s for a 260 s limit)
 echo "prewarm: $(( $(date +%s) - start )) s" >>"$OUT/$tag.prewarm.log"
 # the prewarm cells' own results: cold-cache first-call seconds under $JOBS-way load
 python3 - "$W/prewarm" >"$OUT/$tag.prewarm.tsv" <<'PY'
