@@ -25,6 +25,7 @@ from optimus_eq.cost import GPUCostModel
 from optimus_eq.egraph import EGraph, Limits, is_rust_panic
 from optimus_eq.extract import EGraphView, NoAcyclicTerm, extract, input_cost, no_gc
 from optimus_eq.extract.fusion import op_kinds
+from optimus_eq.extract.grad import packable_leaves
 from optimus_eq.horizontal import HorizontalContext, fuse_round
 from optimus_eq.horizontal.driver import pattern_options as horizontal_options
 from optimus_eq.logs import log_report
@@ -245,20 +246,6 @@ def _roots_and_forced(view: EGraphView, tr) -> tuple[list, set]:
     return roots, forced
 
 
-def _packable(tr, example_inputs, cost_model) -> frozenset:
-    """Term ids of the placeholders whose example input is an ``nn.Parameter`` (``EGraphView.packable``),
-    when ``cost_model`` prices packed parameters (``GPUCostModel.packed_parameters``); else empty."""
-    if not getattr(cost_model, "packed_parameters", False) or example_inputs is None:
-        return frozenset()
-    import torch
-
-    placeholders = [n for n in tr.gm.graph.nodes if n.op == "placeholder"]
-    if len(placeholders) != len(example_inputs):
-        return frozenset()
-    return frozenset(tr.node_id[n] for n, x in zip(placeholders, example_inputs)
-                     if type(x) is torch.nn.Parameter and n in tr.node_id)
-
-
 def _objective(tr, cost_model, gradients=None, packable=frozenset()):
     """``egraph -> (DAG cost of its tree extraction, plan fingerprint)``, for searches that rank graphs."""
     def objective(egraph):
@@ -388,7 +375,7 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
         describe = getattr(cost_model, "describe", None)
         report.cost_model = describe(training=gradients is not None) if describe else type(cost_model).__name__
         report.training = gradients is not None
-        packable = _packable(tr, example_inputs, cost_model)
+        packable = packable_leaves(tr, example_inputs, cost_model)
         plans = _Plans(tr, phases, cost_model, extractor, ilp_seconds, ilp_max_nodes, gradients, deadline, packable)
         hctx = HorizontalContext(tr, plans, pattern_options or {}, level=level, grad_facts=grad_facts,
                                   eager_terms=eager_terms)

@@ -174,6 +174,20 @@ def _stacked_params(view, cls, params: dict) -> tuple[int, list] | None:
     return None
 
 
+def packable_leaves(tr, example_inputs, cost_model) -> frozenset:
+    """Term ids of the placeholders whose example input is an ``nn.Parameter`` (``EGraphView.packable``),
+    when ``cost_model`` prices packed parameters (``GPUCostModel.packed_parameters``); else empty."""
+    if not getattr(cost_model, "packed_parameters", False) or example_inputs is None:
+        return frozenset()
+    import torch
+
+    placeholders = [n for n in tr.gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(example_inputs):
+        return frozenset()
+    return frozenset(tr.node_id[n] for n, x in zip(placeholders, example_inputs)
+                     if type(x) is torch.nn.Parameter and n in tr.node_id)
+
+
 def packed_cats(view, params: set) -> list:
     """Ids of the ``Cat`` e-nodes that join parameters along dim 0: every element of the list is an e-class
     of ``params`` (a cat of parameters) or holds ``Unsqueeze(param, 0)`` (a stack of them), at dim 0. The
