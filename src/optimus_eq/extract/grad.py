@@ -179,8 +179,6 @@ def packable_leaves(tr, example_inputs, cost_model) -> frozenset:
     when ``cost_model`` prices packed parameters (``GPUCostModel.packed_parameters``); else empty."""
     if not getattr(cost_model, "packed_parameters", False) or example_inputs is None:
         return frozenset()
-    import torch
-
     placeholders = [n for n in tr.gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(example_inputs):
         return frozenset()
