@@ -22,7 +22,7 @@ def _masked(x, mask):
 
 
 @pytest.mark.parametrize("strategy", ["greedy"])
-def test_post_grad_pass_keeps_an_input_cast_inductor_can_lower(strategy):
+def test_post_grad_pass_keeps_an_input_cast_inductor_can_lower(strategy, no_compile_cache):
     x = torch.randn(2, 3, 8)
     mask = torch.randint(0, 2, (2, 8))
     torch._dynamo.reset()
