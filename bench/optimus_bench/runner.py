@@ -17,6 +17,7 @@ import gc
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -315,12 +316,15 @@ def prewarm(models: list[str], strategies: list[str], modes: list[str], device: 
     """Compile every (model, mode, strategy) cell once, ``jobs`` at a time, into one Inductor/Triton cache.
 
     Each cell runs in its own process (``optimus-eq bench`` for that one cell, one iteration, no timing
-    kept) with ``TORCHINDUCTOR_CACHE_DIR=cache_dir`` and ``TRITON_CACHE_DIR=cache_dir/triton``. A timed run
-    afterwards with the same variables and ``cache="warm"`` then finds every kernel compiled (the FX graph
-    cache and the autotuning results keyed by the graph our strategies hand to Inductor), so a matrix whose
-    cells are compile-bound runs in a fraction of its serial time on a host with many cores: the compiles
-    run in parallel, the timed iterations stay serial. Compile times of the timed run are then warm-cache
-    times (the report says so); measure compile time without ``--prewarm``.
+    kept) with an empty cache of its own (``TORCHINDUCTOR_CACHE_DIR=cache_dir/cells/<cell>``, Triton's under
+    it), so the cell's recorded first-call seconds are a cold compile (under ``jobs``-way load: compare
+    cells of one prewarm, not with a serial run). When all are done, the cells' caches are copied into
+    ``cache_dir`` (content-addressed files: a file two cells both wrote is the same file). A timed run
+    afterwards with ``TORCHINDUCTOR_CACHE_DIR=cache_dir``, ``TRITON_CACHE_DIR=cache_dir/triton`` and
+    ``cache="warm"`` then finds every kernel compiled (the FX graph cache and the autotuning results keyed
+    by the graph our strategies hand to Inductor), so a matrix whose cells are compile-bound runs in a
+    fraction of its serial time on a host with many cores: the compiles run in parallel, the timed
+    iterations stay serial. Compile times of the timed run are then warm-cache times (the report says so).
 
     Args:
         jobs: processes at once (the H200 host has 16 cores; each Inductor compile also starts its own
@@ -335,11 +339,12 @@ def prewarm(models: list[str], strategies: list[str], modes: list[str], device: 
 
     cache_dir, log_dir = Path(cache_dir).resolve(), Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache_dir), "TRITON_CACHE_DIR": str(cache_dir / "triton")}
     cells = [(m, mode, s) for m in models for mode in modes for s in strategies]
 
     def one(cell: tuple[str, str, str]) -> tuple[str, int]:
         name = "-".join(cell)
+        own = cache_dir / "cells" / name
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(own), "TRITON_CACHE_DIR": str(own / "triton")}
         cmd = [sys.executable, "-m", "optimus_eq.cli", "bench", "--models", cell[0], "--modes", cell[1],
                "--strategies", cell[2], "--device", device, "--iters", "1", "--warmup", "0", "--cache", "warm",
                "--no-plots", "--no-progress", "--out", str(log_dir / name), *cell_args]
@@ -350,6 +355,9 @@ def prewarm(models: list[str], strategies: list[str], modes: list[str], device: 
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         done = list(pool.map(one, cells))
+    for own in sorted((cache_dir / "cells").glob("*")):
+        shutil.copytree(own, cache_dir, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.lock"))
+        shutil.rmtree(own, ignore_errors=True)
     return {"jobs": jobs, "cache_dir": str(cache_dir), "seconds": round(time.perf_counter() - started, 1),
             "failed": [name for name, rc in done if rc not in (0, 1)]}
 

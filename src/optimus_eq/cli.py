@@ -413,9 +413,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                        help="start no new cell after this many seconds; the rest is recorded as not run")
     bench.add_argument("--prewarm", type=int, default=0, metavar="JOBS",
-                       help="first compile every cell once, JOBS processes at a time, into one Inductor cache under "
-                       "OUT/prewarm; the timed run then reads that cache (compile-bound matrices in a fraction of the "
-                       "time on a many-core host; compile times are then warm-cache times)")
+                       help="first compile every cell once, JOBS processes at a time, each on an empty cache of its own (its "
+                       "first-call seconds, in OUT/prewarm, are cold compiles under JOBS-way load), then merged into "
+                       "one Inductor cache under OUT/prewarm; the timed run then reads that cache (compile-bound "
+                       "matrices in a fraction of the time on a many-core host; its compile times are warm-cache times)")
     bench.add_argument("--cost-model", default=None, metavar="JSON",
                        help="our strategies use the cost-model constants of this calibration record "
                        "(optimus-eq calibrate); default: the built-in ones")
