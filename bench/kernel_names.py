@@ -31,6 +31,12 @@ from optimus_eq import kernels
 
 def kernel_names(step, device: str) -> list[str]:
     """Names of the kernels one call of ``step`` runs, in order (see :func:`optimus_eq.kernels.count_kernels`)."""
+    return [name for name, _ in kernel_times(step, device)]
+
+
+def kernel_times(step, device: str) -> list[tuple[str, float]]:
+    """``(name, us)`` of every kernel one call of ``step`` runs, in launch order: the profiler's duration of
+    each GPU activity (CUDA) or kernel event (CPU), in microseconds."""
     from torch.profiler import ProfilerActivity, profile
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
@@ -41,8 +47,10 @@ def kernel_names(step, device: str) -> list[str]:
         if device == "cuda":
             torch.cuda.synchronize()
     if device == "cuda":
-        return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    return [e.name for e in prof.events() if kernels._is_cpu_kernel(e)]
+        keep = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    else:
+        keep = [e for e in prof.events() if kernels._is_cpu_kernel(e)]
+    return [(e.name, e.time_range.elapsed_us()) for e in keep]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -83,11 +91,17 @@ def main(argv: list[str] | None = None) -> None:
                     if args.device == "cuda":
                         torch.cuda.synchronize()
                     samples.append((time.perf_counter() - t0) * 1e3)
-                names = kernel_names(step, args.device)
-            print(f"\n== {mode} / {strat.name}: {len(names)} kernels, median {statistics.median(samples):.3f} ms, "
-                  f"first call {compile_s:.1f} s, outputs {'match' if ok else 'MISMATCH: ' + str(msg)}")
+                timed = kernel_times(step, args.device)
+            names = [name for name, _ in timed]
+            total_us: dict[str, float] = collections.defaultdict(float)
+            for name, us in timed:
+                total_us[name] += us
+            print(f"\n== {mode} / {strat.name}: {len(names)} kernels, {sum(total_us.values()):.1f} us of kernel time, "
+                  f"median {statistics.median(samples):.3f} ms, first call {compile_s:.1f} s, "
+                  f"outputs {'match' if ok else 'MISMATCH: ' + str(msg)}")
+            print("  count  total_us  name")
             for name, k in collections.Counter(names).items():
-                print(f"  {k:5d}  {name[:150]}")
+                print(f"  {k:5d}  {total_us[name]:8.1f}  {name[:150]}")
 
 
 if __name__ == "__main__":
