@@ -432,3 +432,20 @@ def test_prewarm_compiles_each_cell_on_an_empty_cache_then_merges_them(tmp_path,
         assert (cache / "fxgraph" / cell / "entry").read_text() == cell
         assert (cache / "triton" / f"{cell}.cubin").read_text() == cell
     assert not (cache / "cells").exists() or not any((cache / "cells").iterdir())
+
+
+@pytest.mark.parametrize("needed", [{"c"}, {"b", "k"}, {"a", "f", "l"}])
+def test_builtin_check_bisect_finds_exactly_the_options_needed_together(needed):
+    """bench/builtin_pregrad_check.py --bisect: ddmin returns the set whose every member is needed for the
+    failure (here: the failure needs all of ``needed`` together)."""
+    import builtin_pregrad_check
+
+    names = list("abcdefghijkl")
+    calls = []
+
+    def fails(subset):
+        calls.append(subset)
+        return needed <= set(subset)
+
+    assert set(builtin_pregrad_check.minimal_failing(names, fails)) == needed
+    assert len(calls) < len(names) ** 2
