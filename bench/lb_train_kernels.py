@@ -29,6 +29,7 @@ import json
 import os
 import sys
 import time
+from collections import Counter
 
 import torch
 
@@ -172,8 +173,6 @@ def measure_phase(strategies: list[str], size: str, overrides: dict, names: bool
         rows.append(row)
         print(json.dumps(row), flush=True)
         for part, ks in listing.items():
-            from collections import Counter
-
             for k, c in Counter(ks).items():
                 print(f"    {part:9s} {c:3d}  {k[:150]}")
     return rows
