@@ -168,3 +168,14 @@ def test_a_weight_cat_priced_free_is_free_in_a_compiled_training_step(pack, no_c
     for (name, p), q in zip(net.named_parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4, msg=lambda s: f"grad of {name}: {s}")
         assert p.grad.stride() == p.stride()
+
+
+def test_a_gemm_rate_record_sets_the_gemm_constants():
+    fit = {"gemm_flops_per_us": 40e6, "gemm_half_mn": 16.0, "gemm_half_k": 32.0, "bmm_efficiency": 0.7}
+    m = GPUCostModel.cudagraph().with_gemm_rate({"device": "x", "gemm": fit, "rows": []})
+    assert (m.gemm_flops_per_us, m.gemm_half_mn, m.gemm_half_k, m.bmm_efficiency) == (40e6, 16.0, 32.0, 0.7)
+    assert m.execution == "cudagraph"
+    merged = GPUCostModel.from_calibration({"launch_us": 20.0, "bytes_per_us": 3e6, "gemm": fit})
+    assert merged.gemm_flops_per_us == 40e6 and merged.launch_us == 20.0
+    with pytest.raises(ValueError, match="bmm_efficiency"):
+        GPUCostModel().with_gemm_rate({"gemm": {**fit, "bmm_efficiency": 0}})

@@ -197,6 +197,25 @@ class GPUCostModel:
         return cls(launch_us=float(values[launch_key]), bytes_per_us=float(values["bytes_per_us"]),
                    execution=execution, **extra)
 
+    def with_gemm_rate(self, source) -> "GPUCostModel":
+        """This model with the GEMM constants (:data:`GEMM_FIELDS`) of a ``bench/gemm_rate.py`` record (its
+        ``gemm`` fit; a path or the record as a dict); the other constants are kept.
+
+        Raises:
+            ValueError: the record lacks a positive value of one of :data:`GEMM_FIELDS`.
+        """
+        import dataclasses
+        import json
+        from pathlib import Path
+
+        record = source if isinstance(source, dict) else json.loads(Path(source).read_text())
+        gemm = record.get("gemm", record)
+        values = {k: gemm.get(k) for k in GEMM_FIELDS}
+        bad = [k for k, v in values.items() if not isinstance(v, (int, float)) or v <= 0]
+        if bad:
+            raise ValueError(f"GEMM record needs positive {', '.join(bad)}; got {values}")
+        return dataclasses.replace(self, **{k: float(v) for k, v in values.items()})
+
     def describe(self, training: bool | None = None) -> str:
         """One line for reports: execution mode, constants (the GEMM rate when GEMMs are priced by FLOPs), and
         ``training`` when the backward is priced
