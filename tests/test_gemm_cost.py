@@ -1,5 +1,5 @@
-"""Extern GEMMs priced by FLOPs (``GPUCostModel.gemm_cost``, ``gemm_backward_cost``; docs/DESIGN.md, "Known gap:
-GEMM efficiency"), and the weight packing that makes a batched linear's weight cat free in training.
+"""Extern GEMMs priced by FLOPs (``GPUCostModel.gemm_cost``, ``gemm_backward_cost``; docs/DESIGN.md, "Extraction
+and cost", "GEMM efficiency"), and the weight packing that makes a batched linear's weight cat free in training.
 
 Why (issue 15, bench/results/h200_2026-12-02d, call 3): under CUDA graphs eqsat batched DLRM's rank-64 cross-net
 linears into a ``bmm`` that the launch-and-bytes model priced 9 us cheaper per layer; on the H200 eqsat's
