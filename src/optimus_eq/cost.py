@@ -44,7 +44,7 @@ Triton 3.6; bench/results/h200_matrix_2026-11-29/calibration.json, bench/optimus
   H200's eager timings of one wide GEMM, one bmm and n separate GEMMs (M = 2048, K 256..32,960, N 1..2,304;
   bench/results/h200_2026-12-02c/gemm_accuracy.json, rows of at least 100 us, 20 us of eager overhead per
   call fitted with them): rms error of log time 0.11 (12%). ``bench/gemm_rate.py`` measures the bench
-  models' own shapes under CUDA graphs; :meth:`GPUCostModel.from_calibration` reads its fit.
+  models' own shapes under CUDA graphs; :meth:`GPUCostModel.with_gemm_rate` loads its fit.
 
 Measure another device with ``optimus-eq calibrate --out cal.json`` and pass
 ``cost_model=GPUCostModel.from_calibration("cal.json")``.
