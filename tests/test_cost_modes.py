@@ -313,7 +313,8 @@ def test_a_user_s_own_stack_of_weights_is_priced_with_its_gradient_copies():
     _, r = optimus_eq.optimize(gm, ex, cost_model=train)
     assert r.training
     copies = 6 * train.grad_copy_cost(24 * 16)
-    bmm_backward = train.backward_cost("Apply", 6 * 8 * 24, [6 * 8 * 16, 6 * 24 * 16], 1, False)
+    # only the weights require grad: one GEMM, priced by FLOPs (GPUCostModel.gemm_backward_cost)
+    bmm_backward = train.gemm_backward_cost("bmm", (6, 8, 24), [(6, 8, 16), (6, 16, 24)], [False, True])
     assert r.cost_before - fwd.cost_before == pytest.approx(copies + bmm_backward, rel=1e-6)
     assert r.cost_after == pytest.approx(r.cost_before, rel=1e-6)
 

@@ -19,6 +19,14 @@ cost(e-node) = kernels * launch_us + bytes / bytes_per_us   (microseconds)
   costs one (the decomposed one-output linear, the launch-bound model's head). Not credited: cats (a pointwise cat of
   at most 8 inputs fuses on CUDA too), ops reading views of a kernel's output, and the choice between
   inlining a producer into several readers and realizing it;
+* **extern GEMMs** (``mm``, ``addmm``, ``bmm``, ``baddbmm``, the batched linear's ``bmm_add``, ``linear``,
+  ``matmul``: :data:`GEMM_OPS`) are priced by FLOPs at a shape-dependent rate where their shapes are known
+  (``gemm_flops=True``): ``launch_us + max(FLOPs / rate, bytes / bytes_per_us)`` with
+  ``rate = gemm_flops_per_us * f(rows) * f(cols) * g(inner) * (bmm_efficiency if batched)``,
+  ``f(n) = n / (n + gemm_half_mn)``, ``g(k) = k / (k + gemm_half_k)`` (:meth:`GPUCostModel.gemm_us`); a
+  matrix-vector product (one row or column) is priced by its bytes (cuBLAS runs it as a bandwidth-bound
+  GEMV). Its backward is one such GEMM per matrix operand that requires grad (``dA = dY @ B^T``,
+  ``dB = A^T @ dY``) and a reduction for a bias (:meth:`GPUCostModel.gemm_backward_cost`);
 * opaque terms are forced into every plan, so their cost does not matter (0).
 
 Bytes are ``numel * 4`` (the e-graph does not carry dtypes; fp32 assumed).
@@ -31,6 +39,12 @@ Triton 3.6; bench/results/h200_matrix_2026-11-29/calibration.json, bench/optimus
   kernel removed in training steps and 8-9 us in inference (the slope of ms over kernels across strategies
   on DHEN and launch_bound); inside a CUDA graph one kernel costs 2.3 us.
 * ``bytes_per_us = 4.0e6`` (4.0 TB/s): the median of per-op bandwidth fits (cat, add, relu, layer_norm).
+* GEMM rate (fp32, tf32 off): ``gemm_flops_per_us = 52e6`` (52 TFLOP/s), ``gemm_half_mn = 40``,
+  ``gemm_half_k = 96``, ``bmm_efficiency = 0.8``: a least-squares fit of log time (grid search) to the
+  H200's eager timings of one wide GEMM, one bmm and n separate GEMMs (M = 2048, K 256..32,960, N 1..2,304;
+  bench/results/h200_2026-12-02c/gemm_accuracy.json, rows of at least 100 us, 20 us of eager overhead per
+  call fitted with them): rms error of log time 0.11 (12%). ``bench/gemm_rate.py`` measures the bench
+  models' own shapes under CUDA graphs; :meth:`GPUCostModel.with_gemm_rate` loads its fit.
 
 Measure another device with ``optimus-eq calibrate --out cal.json`` and pass
 ``cost_model=GPUCostModel.from_calibration("cal.json")``.
@@ -81,6 +95,13 @@ EXECUTIONS = ("launch", "cudagraph")
 #: per-kernel cost inside a CUDA-graph replay on the H200 (calibration.json ``launch_us_cudagraph``)
 CUDAGRAPH_LAUNCH_US = 2.283
 FREE = frozenset(["Cons", "Nil", "ACons", "ANil", "Leaf"])
+#: extern GEMMs priced by FLOPs: recipe name -> (position of the left matrix among the op's tensor
+#: arguments, batched). The right matrix follows the left; any other tensor argument is a bias. ``linear``'s
+#: right matrix is the weight ``[cols, inner]``; every other op's is ``[..., inner, cols]``.
+GEMM_OPS = {"mm": (0, False), "matmul": (0, False), "linear": (0, False), "addmm": (1, False),
+            "bmm": (0, True), "baddbmm": (1, True), "bmm_add": (1, True)}
+#: the keys of a GEMM calibration record (``bench/gemm_rate.py``'s fit) that :meth:`GPUCostModel.from_calibration` reads
+GEMM_FIELDS = ("gemm_flops_per_us", "gemm_half_mn", "gemm_half_k", "bmm_efficiency")
 
 
 @dataclass(frozen=True)
@@ -105,6 +126,13 @@ class GPUCostModel:
             so the copy that a stacked weight or a fused embedding table would cost on every call does not
             run. The backend sets it when it packs; a plain :func:`optimus_eq.optimize` call does not pack,
             so the default is False. Which leaves are parameters: ``EGraphView.packable``.
+        gemm_flops: price extern GEMMs by FLOPs at a shape-dependent rate (module doc; False: by launch and
+            output bytes, the model before issue 15's GEMM item).
+        gemm_flops_per_us: the GEMM rate of a large square fp32 GEMM (FLOP per microsecond).
+        gemm_half_mn: the output rows (or columns) of one matrix at which the rate halves (tile padding,
+            too few tiles to fill the device).
+        gemm_half_k: the inner dimension at which the rate halves (each tile's prologue and epilogue).
+        bmm_efficiency: the rate of a batched GEMM relative to one GEMM of a member's shape.
     """
 
     launch_us: float = 23.3
@@ -116,6 +144,11 @@ class GPUCostModel:
     training: bool = True
     fusion: bool = True
     packed_parameters: bool = False
+    gemm_flops: bool = True
+    gemm_flops_per_us: float = 52e6
+    gemm_half_mn: float = 40.0
+    gemm_half_k: float = 96.0
+    bmm_efficiency: float = 0.8
 
     def __post_init__(self) -> None:
         if self.execution not in EXECUTIONS:
@@ -156,15 +189,41 @@ class GPUCostModel:
         eager = record.get("launch_us_eager")
         if isinstance(eager, (int, float)) and eager > 0:
             extra["eager_launch_us"] = float(eager)
+        gemm = record.get("gemm", record)  # bench/gemm_rate.py's record, or its fit merged into this one
+        for k in GEMM_FIELDS:
+            v = gemm.get(k) if isinstance(gemm, dict) else None
+            if isinstance(v, (int, float)) and v > 0:
+                extra[k] = float(v)
         return cls(launch_us=float(values[launch_key]), bytes_per_us=float(values["bytes_per_us"]),
                    execution=execution, **extra)
 
+    def with_gemm_rate(self, source) -> "GPUCostModel":
+        """This model with the GEMM constants (:data:`GEMM_FIELDS`) of a ``bench/gemm_rate.py`` record (its
+        ``gemm`` fit; a path or the record as a dict); the other constants are kept.
+
+        Raises:
+            ValueError: the record lacks a positive value of one of :data:`GEMM_FIELDS`.
+        """
+        import dataclasses
+        import json
+        from pathlib import Path
+
+        record = source if isinstance(source, dict) else json.loads(Path(source).read_text())
+        gemm = record.get("gemm", record)
+        values = {k: gemm.get(k) for k in GEMM_FIELDS}
+        bad = [k for k, v in values.items() if not isinstance(v, (int, float)) or v <= 0]
+        if bad:
+            raise ValueError(f"GEMM record needs positive {', '.join(bad)}; got {values}")
+        return dataclasses.replace(self, **{k: float(v) for k, v in values.items()})
+
     def describe(self, training: bool | None = None) -> str:
-        """One line for reports: execution mode, constants, and ``training`` when the backward is priced
+        """One line for reports: execution mode, constants (the GEMM rate when GEMMs are priced by FLOPs), and
+        ``training`` when the backward is priced
         (``training``: whether it was, for a given graph; default: the model's flag)."""
         training = self.training if training is None else training
+        gemm = f", GEMMs {self.gemm_flops_per_us / 1e6:g} TFLOP/s" if self.gemm_flops else ""
         return (f"{self.execution} (launch {self.launch_us:g} us, {self.bytes_per_us / 1e6:g} TB/s, "
-                f"eager launch {self.eager_launch_us:g} us){', training' if training else ''}"
+                f"eager launch {self.eager_launch_us:g} us{gemm}){', training' if training else ''}"
                 f"{', packed parameters' if self.packed_parameters else ''}")
 
     def node_cost(self, op: str, out_numel: int | None, in_numels: list[int | None], opaque: bool) -> float:
@@ -235,6 +294,86 @@ class GPUCostModel:
         writing ``numel`` elements. It happens when the gradient arrives with other strides than the
         parameter (``obeys_layout_contract`` fails: torch/csrc/autograd/functions/accumulate_grad.h)."""
         return self.eager_launch_us + 2 * (numel or 0) * self.itemsize / self.bytes_per_us
+
+
+    def gemm_us(self, rows: int, cols: int, inner: int, batch: int = 1, batched: bool = False,
+                moved: int = 0) -> float:
+        """Time in microseconds of one GEMM kernel, launch excluded: ``batch`` products of ``[rows, inner] @
+        [inner, cols]``, ``moved`` elements read and written. ``max(FLOPs / rate, bytes / bytes_per_us)``,
+        ``FLOPs = 2 * batch * rows * cols * inner``, the rate as in the module doc; a matrix-vector product
+        (``rows`` or ``cols`` 1) is bandwidth-bound: bytes only."""
+        t_bytes = moved * self.itemsize / self.bytes_per_us
+        if min(rows, cols) <= 1 or inner <= 0:
+            return t_bytes
+        h, hk = self.gemm_half_mn, self.gemm_half_k
+        rate = (self.gemm_flops_per_us * rows / (rows + h) * cols / (cols + h) * inner / (inner + hk)
+                * (self.bmm_efficiency if batched else 1.0))
+        return max(2.0 * batch * rows * cols * inner / rate, t_bytes)
+
+    def gemm_cost(self, name: str, out_shape, arg_shapes: list) -> float | None:
+        """Forward cost in microseconds of one extern GEMM e-node (:data:`GEMM_OPS` ``name``): one launch and
+        :meth:`gemm_us` over its output and every tensor argument's bytes (a bias is read by the epilogue,
+        or by the add Inductor fuses after a batched product). None when the shapes are unknown or do
+        not describe a matrix product (the caller keeps :meth:`node_cost`)."""
+        dims = gemm_dims(name, out_shape, arg_shapes)
+        if dims is None:
+            return None
+        batch, rows, cols, inner, batched, _ = dims
+        moved = numel(out_shape) + sum(numel(s) for s in arg_shapes)
+        return self.launch_us + self.gemm_us(rows, cols, inner, batch, batched, moved)
+
+    def gemm_backward_cost(self, name: str, out_shape, arg_shapes: list, grads: list[bool]) -> float | None:
+        """Cost in microseconds of the backward of one extern GEMM e-node whose output requires grad;
+        ``grads[i]``: whether tensor argument ``i`` requires grad. Per matrix operand that does, one GEMM
+        with a launch (derivatives.yaml ``mm``/``bmm``: ``self: grad.mm(mat2.t())`` is ``[rows, inner]``
+        over ``cols``; ``mat2: self.t().mm(grad)`` is ``[inner, cols]`` over ``rows``), reading the output's
+        gradient and the other operand, writing the operand's gradient; per bias that does, one reduction
+        kernel over the output's gradient. None where :meth:`gemm_cost` is None."""
+        dims = gemm_dims(name, out_shape, arg_shapes)
+        if dims is None:
+            return None
+        batch, rows, cols, inner, batched, (left, right) = dims
+        n_out = numel(out_shape)
+        n_left, n_right = numel(arg_shapes[left]), numel(arg_shapes[right])
+        cost = 0.0
+        for i, g in enumerate(grads):
+            if not g:
+                continue
+            if i == left:
+                cost += self.launch_us + self.gemm_us(rows, inner, cols, batch, batched, n_out + n_right + n_left)
+            elif i == right:
+                cost += self.launch_us + self.gemm_us(inner, cols, rows, batch, batched, n_out + n_left + n_right)
+            else:
+                cost += self.launch_us + (n_out + numel(arg_shapes[i])) * self.itemsize / self.bytes_per_us
+        return cost
+
+
+def gemm_dims(name: str, out_shape, arg_shapes: list) -> tuple | None:
+    """``(batch, rows, cols, inner, batched, (left, right))`` of a GEMM op (:data:`GEMM_OPS`) from its output's
+    and tensor arguments' shapes (symbolic sizes at their hints), ``left``/``right`` the positions of its two
+    matrices; None when ``name`` is not a GEMM, a shape is unknown, or the shapes do not agree (inner sizes
+    differ, the output's last size is not the right matrix's columns). Leading dims of a non-batched op's
+    output fold into ``rows`` (``linear`` on ``[B, S, K]``: one GEMM of ``B * S`` rows)."""
+    spec = GEMM_OPS.get(name)
+    if spec is None or out_shape is None or len(arg_shapes) < spec[0] + 2:
+        return None
+    left, batched = spec
+    a, b = arg_shapes[left], arg_shapes[left + 1]
+    if a is None or b is None or any(s is None for s in arg_shapes) or len(out_shape) < 2 or len(a) < 1 or len(b) < 2:
+        return None
+    out = [symbolic.hint(s) for s in out_shape]
+    inner = symbolic.hint(a[-1])
+    if name == "linear":
+        cols, b_inner = symbolic.hint(b[0]), symbolic.hint(b[1])
+    else:
+        cols, b_inner = symbolic.hint(b[-1]), symbolic.hint(b[-2])
+    if b_inner != inner or out[-1] != cols or cols <= 0:
+        return None
+    batch = out[0] if batched and len(out) == 3 else 1
+    if batched and len(out) != 3:
+        return None
+    rows = numel(out_shape) // max(1, cols * batch)
+    return batch, rows, cols, inner, batched, (left, left + 1)
 
 
 def fusion_kind(name: str | None) -> str | None:

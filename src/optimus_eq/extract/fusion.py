@@ -19,16 +19,25 @@ inputs down ends at an e-node none of whose inputs qualifies), so each chain sti
 from __future__ import annotations
 
 from optimus_eq.cost import fusion_kind
+from optimus_eq.extract.gemm import gemm_keys
 
 #: e-node ops that are always pointwise (their keys name relu, tanh, add, ...)
 _ELEMENTWISE = frozenset(["Unary", "Binary"])
 
 
-def op_kinds(recipes: dict) -> dict:
+class OpKinds(dict):
+    """:func:`op_kinds`' map, carrying ``gemms``: op key id -> GEMM name (:func:`optimus_eq.extract.gemm.gemm_keys`),
+    the extern GEMMs the cost model prices by FLOPs."""
+
+    gemms: dict = {}
+
+
+def op_kinds(recipes: dict) -> OpKinds:
     """Op key id -> ``"pointwise"`` / ``"reduction"`` for the keys whose recipe Inductor fuses
     (:func:`optimus_eq.cost.fusion_kind` of the recipe's name); ``recipes`` maps key ids to
-    :class:`optimus_eq.recipe.Recipe` (``Translation.recipes``)."""
-    out = {}
+    :class:`optimus_eq.recipe.Recipe` (``Translation.recipes``). Its ``gemms`` names the GEMM keys."""
+    out = OpKinds()
+    out.gemms = gemm_keys(recipes)
     for key, r in recipes.items():
         kind = fusion_kind(getattr(r, "name", None))
         if kind is not None:

@@ -236,13 +236,15 @@ def grad_classes(view, info: GradientInfo) -> set:
     return grad
 
 
-def training_costs(view, info: GradientInfo, model, forced=frozenset(), fused=None) -> dict:
+def training_costs(view, info: GradientInfo, model, forced=frozenset(), fused=None, gemms=None) -> dict:
     """E-node id -> cost (us) its backward adds: :meth:`GPUCostModel.backward_cost` for e-nodes whose
     value requires grad, plus :meth:`GPUCostModel.grad_copy_cost` per member for a ``Permute`` of a stack
     of parameters whose members get strided gradients (:func:`member_grad_is_strided`). Forced (opaque)
     e-nodes add nothing: they are the same in every plan, and free forward too. E-nodes in ``fused``
     (:func:`optimus_eq.extract.fusion.fused_nodes`) pay :meth:`GPUCostModel.fused_backward_cost` instead of
-    ``backward_cost``: Inductor fuses the backward of a pointwise chain too."""
+    ``backward_cost``: Inductor fuses the backward of a pointwise chain too. E-nodes in ``gemms`` (e-node id ->
+    ``(GEMM name, tensor argument e-classes)``, :func:`optimus_eq.extract.gemm.gemm_nodes`) pay
+    :meth:`GPUCostModel.gemm_backward_cost` where their shapes are known."""
     grad = grad_classes(view, info)
     if not grad:
         return {}
@@ -262,9 +264,14 @@ def training_costs(view, info: GradientInfo, model, forced=frozenset(), fused=No
             inputs = args_memo[a]
         else:
             inputs = node.children
-        if fused and nid in fused:
+        extra = None
+        if gemms and nid in gemms:
+            name, args = gemms[nid]
+            extra = model.gemm_backward_cost(name, view.shapes.get(node.eclass), [view.shapes.get(c) for c in args],
+                                             [c in grad for c in args])
+        if extra is None and fused and nid in fused:
             extra = model.fused_backward_cost(sizes.get(node.eclass), [sizes.get(c) for c in inputs if c in grad])
-        else:
+        elif extra is None:
             extra = model.backward_cost(node.op, sizes.get(node.eclass), [sizes.get(c) for c in inputs],
                                         sum(1 for c in inputs if c in grad), False)
         if node.op == "Permute" and node.children:

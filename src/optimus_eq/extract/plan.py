@@ -200,6 +200,10 @@ def _input_cost(rows: dict, root_ids: list[int], opaque_keys, model: GPUCostMode
         keys.update((tid, k) for tid, k, _ in rows.get("UnaryIn", ()))
         keys.update((tid, k) for tid, k, _, _ in rows.get("BinaryIn", ()))
         fused = _fused_terms(terms, keys, kinds, size)
+    gemms: dict = {}  # term id -> GEMM name: priced by FLOPs, as EGraphView.assign_costs prices the e-node
+    if getattr(kinds, "gemms", None) and getattr(model, "gemm_flops", False):
+        gemms = {tid: kinds.gemms[k] for tid, k, _ in rows.get("ApplyIn", ())
+                 if k in kinds.gemms and not terms[tid][3]}
     seen: set[int] = set()
     stack = [r for r in root_ids if r in terms]
     total = 0.0
@@ -214,18 +218,22 @@ def _input_cost(rows: dict, root_ids: list[int], opaque_keys, model: GPUCostMode
             total += model.fused_cost(size.get(tid), [size.get(k) for k in fused[tid]])
             stack.extend(k for k in kids if k in terms and k not in seen)
             continue
-        key = (op, size.get(tid), tuple(ins), opaque)
-        cost = memo.get(key)
+        cost = model.gemm_cost(gemms[tid], shapes.get(tid), [shapes.get(k) for k in kids]) if tid in gemms else None
         if cost is None:
-            cost = memo[key] = model.node_cost(op, key[1], ins, opaque)
+            key = (op, size.get(tid), tuple(ins), opaque)
+            cost = memo.get(key)
+            if cost is None:
+                cost = memo[key] = model.node_cost(op, key[1], ins, opaque)
         total += cost
         stack.extend(k for k in kids if k in terms and k not in seen)
     if gradients and getattr(model, "training", False):
-        total += _input_backward(rows, terms, seen, shapes, size, shape_of_vec, cat_dims, gradients, model, fused)
+        total += _input_backward(rows, terms, seen, shapes, size, shape_of_vec, cat_dims, gradients, model, fused,
+                                 gemms)
     return total
 
 
-def _input_backward(rows, terms, seen, shapes, size, shape_of_vec, cat_dims, gradients, model, fused) -> float:
+def _input_backward(rows, terms, seen, shapes, size, shape_of_vec, cat_dims, gradients, model, fused,
+                    gemms=None) -> float:
     """The backward's cost of the input graph's terms (``seen``), priced as
     :func:`optimus_eq.extract.grad.training_costs` prices e-nodes."""
     perms = {row[0]: shape_of_vec.get(row[2]) for row in rows.get("PermuteIn", ())}
@@ -243,7 +251,13 @@ def _input_backward(rows, terms, seen, shapes, size, shape_of_vec, cat_dims, gra
         op, kids, _, opaque = terms[tid]
         if tid not in grad or opaque:
             continue
-        if tid in fused:
+        extra = None
+        if gemms and tid in gemms:
+            extra = model.gemm_backward_cost(gemms[tid], shapes.get(tid), [shapes.get(k) for k in kids],
+                                             [k in grad for k in kids])
+        if extra is not None:
+            total += extra
+        elif tid in fused:
             total += model.fused_backward_cost(size.get(tid), [size.get(k) for k in kids if k in grad])
         else:
             total += model.backward_cost(op, size.get(tid), [size.get(k) for k in kids],

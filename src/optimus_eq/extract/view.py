@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from optimus_eq.cost import FREE, VIEWS, GPUCostModel, numel
 from optimus_eq.extract.fusion import fused_nodes
+from optimus_eq.extract.gemm import gemm_nodes
 from optimus_eq.extract.grad import packed_cats, training_costs
 from optimus_eq.terms import CONSTRUCTORS
 
@@ -277,6 +278,12 @@ class EGraphView:
                 if cost is None:
                     cost = memo[key] = model.node_cost(op, key[1], list(key[2]), key[3])
             node.cost = cost
+        gemms = gemm_nodes(self, getattr(self.op_kinds, "gemms", None), forced) if getattr(model, "gemm_flops", False) else {}
+        for nid, (name, args) in gemms.items():  # extern GEMMs by FLOPs (GPUCostModel.gemm_cost), where shapes are known
+            node = self.nodes[nid]
+            cost = model.gemm_cost(name, self.shapes.get(node.eclass), [self.shapes.get(a) for a in args])
+            if cost is not None:
+                node.cost = cost
         fused: dict = {}
         if self.op_kinds is not None and getattr(model, "fusion", False):
             fused = fused_nodes(self, self.op_kinds, sizes, forced)
@@ -284,7 +291,7 @@ class EGraphView:
                 node = self.nodes[nid]
                 node.cost = model.fused_cost(sizes.get(node.eclass), [sizes.get(c) for c in others])
         if self.gradients and getattr(model, "training", False):
-            for nid, extra in training_costs(self, self.gradients, model, forced, fused).items():
+            for nid, extra in training_costs(self, self.gradients, model, forced, fused, gemms).items():
                 self.nodes[nid].cost += extra
         if self.packable and getattr(model, "packed_parameters", False):
             for nid in packed_cats(self, {self.node_of[h] for h in self.packable if h in self.node_of}):
