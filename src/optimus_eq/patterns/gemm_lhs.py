@@ -1,8 +1,9 @@
 """batch_gemm_lhs (ours): GEMMs of one input written as ``matmul`` and as ``F.linear`` become one linear.
 
 ``x @ P`` with a 2-D ``P`` (``torch.matmul``, the ``@`` operator, ``torch.mm``) is ``F.linear(x, P.t())``, so it
-belongs in a ``batch_linear_lhs`` group with the linears that read the same ``x``; that pattern only sees
-``F.linear`` calls, so the group exists only in this other, equivalent form. Wukong's layers (bench model
+belongs in one group with the linears that read the same ``x`` (the linear-lhs batching of
+:mod:`optimus_eq.horizontal.linear`, which sees ``F.linear`` calls only): a group that exists only in this
+other, equivalent form. Wukong's layers (bench model
 ``wukong``, arXiv:2403.02545 Sec. 3) have one: the factorization machine block computes
 ``x.transpose(1, 2) @ P`` and the linear compression block ``F.linear(x.transpose(1, 2), W)`` on the same
 transposed input, one GEMM each.
@@ -11,14 +12,18 @@ transposed input, one GEMM each.
         =>  t = F.linear(x, cat([P.t(), W])); z = t[..., :n]; y = t[..., n:]
 
 Members: linears without bias and matmuls of a 2-D right operand (x of rank >= 2, its last size P's first),
-one dtype and device, reading one input e-class (the key names it, ``shared_input`` as batch_linear_lhs).
-Biased linears stay batch_linear_lhs's (a matmul has no bias to concatenate).
+one dtype and device, reading one input e-class (the key names it, ``shared_input`` as the linear-lhs batching).
+Biased linears stay with the linear-lhs batching (a matmul has no bias to concatenate).
 
 Why a choice: the fused GEMM reads x once and launches one GEMM (and one backward GEMM per operand) instead
 of one per member, but it adds the weight cat, a copy of every call (the transposed ``P`` is not a packable
 parameter stack: ``extract.grad.packed_cats``). Groups are small (two members per Wukong layer): greedy, which
 commits without pricing, keeps upstream's ``min_fuse_set_size`` of 5 and leaves them; eqsat adds the group
 from two members and the cost model decides (``horizontal.driver.COST_DECIDED_MIN_FUSE_SET_SIZE``).
+
+Not priced yet: in a training graph a matmul member's weight gets its gradient transposed (a slice of
+``dY^T @ x`` viewed back), which AccumulateGrad copies into the parameter's layout outside the compiled graph,
+one eager kernel per such weight and step (docs/DESIGN.md, "GEMMs of one input in two spellings").
 """
 
 from __future__ import annotations
