@@ -151,6 +151,27 @@ def linear_lhs_case(draw) -> Case:
 
 
 @st.composite
+def gemm_lhs_case(draw) -> Case:
+    """batch_gemm_lhs: GEMMs of one x spelled ``x @ P``, ``torch.matmul(x, P)``, ``torch.mm`` (rank 2) and bias-free
+    ``F.linear(x, W)``, at least one a matmul."""
+    n, shape, dtype, seed = _group(draw, rank_min=2, rank_max=3)
+    k = shape[-1]
+    spellings = ["@", "matmul", "linear"] + (["mm"] if len(shape) == 2 else [])
+    kinds = [draw(st.sampled_from(spellings)) for _ in range(n)]
+    if all(kd == "linear" for kd in kinds):
+        kinds[0] = "@"
+    outs = [draw(st.integers(1, 4)) for _ in range(n)]
+    x = _x(shape, dtype, seed)
+    ws = [_x((k, o) if kd != "linear" else (o, k), dtype, seed + 100 + i) for i, (kd, o) in enumerate(zip(kinds, outs))]
+    ops = {"@": lambda x, w: x @ w, "matmul": torch.matmul, "mm": torch.mm, "linear": F.linear}
+
+    def fn(x, *ws):
+        return tuple(ops[kd](x, w).relu() for kd, w in zip(kinds, ws))
+
+    return Case(_fixed(fn, 1 + n), [x] + ws, f"gemm_lhs kinds={kinds} outs={outs} x={shape} {dtype}")
+
+
+@st.composite
 def layernorm_case(draw) -> Case:
     n, shape, dtype, seed = _group(draw, rank_min=1, rank_max=3)
     nd = draw(st.integers(1, len(shape)))
@@ -269,6 +290,7 @@ CASES = {
     "batch_embedding": embedding_case,
     "einsum_to_pointwise_pass": einsum_case,
     "batch_linear_lhs": linear_lhs_case,
+    "batch_gemm_lhs": gemm_lhs_case,
     "batch_linear": linear_case,
     "batch_layernorm": layernorm_case,
     "batch_tanh": _pointwise_case(torch.tanh, "tanh"),

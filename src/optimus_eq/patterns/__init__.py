@@ -7,7 +7,7 @@ patterns (:mod:`optimus_eq.patterns.aten`) follow, in Optimus' post-grad order.
 
 from __future__ import annotations
 
-from optimus_eq.patterns import aten, pointwise, split_cat
+from optimus_eq.patterns import aten, gemm_lhs, pointwise, split_cat
 from optimus_eq.registry import HorizontalPattern, Pattern, PatternRegistry, Rule
 from optimus_eq.horizontal import patterns as horizontal
 from optimus_eq.horizontal import embedding, embedding_aten  # noqa: E402
@@ -16,6 +16,7 @@ DEFAULT_REGISTRY = PatternRegistry()
 for _p in (
     *split_cat.NORMALIZE,
     *horizontal.PATTERNS,
+    *gemm_lhs.PATTERNS,
     *embedding.PATTERNS,
     *split_cat.EARLY,
     *pointwise.PATTERNS,
