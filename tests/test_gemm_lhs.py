@@ -107,3 +107,17 @@ def test_the_pattern_is_registered_after_the_batch_passes():
     names = optimus_eq.DEFAULT_REGISTRY.names()
     assert names.index("batch_linear_lhs") < names.index("batch_gemm_lhs") < names.index("merge_splits_pass")
     assert optimus_eq.DEFAULT_REGISTRY["batch_gemm_lhs"].kind == "horizontal"
+
+
+def test_training_prices_the_layout_copy_of_a_transposed_weight():
+    """In a training graph the matmul member's ``P`` gets its gradient as a transposed slice of the fused
+    weight's gradient, which AccumulateGrad copies into ``P``'s layout outside the compiled graph
+    (``extract.grad._transposed_param_copies``). With that eager copy priced prohibitively the group is not
+    taken in training; at the calibrated price it is (the test above); in inference there is no copy."""
+    from optimus_eq.cost import GPUCostModel
+
+    dear = GPUCostModel(eager_launch_us=1e5)
+    c = check(wukong_layer, _wukong_inputs(), "eqsat", trace_grad=True, cost_model=dear)
+    assert len(_matmuls(c.gm2)) == 2, "the fused GEMM was kept though its weight copy costs more than it saves"
+    c = check(wukong_layer, _wukong_inputs(), "eqsat", cost_model=dear)
+    assert len(_matmuls(c.gm2)) == 1

@@ -236,6 +236,28 @@ def grad_classes(view, info: GradientInfo) -> set:
     return grad
 
 
+def _transposed_param_copies(view, cat, params: dict, model) -> float:
+    """:meth:`GPUCostModel.grad_copy_cost` for every element of ``Cat`` e-node ``cat`` (along dim 0) that is a
+    transposed 2-D parameter, ``Permute(p, (1, 0))`` (``batch_gemm_lhs``'s ``cat([P.t(), W])``): the cat's
+    gradient arrives contiguous (a GEMM's weight gradient), the element's slice of it is a contiguous ``[o, k]``,
+    so ``p`` (``[k, o]``) gets it transposed and AccumulateGrad copies it into ``p``'s layout
+    (``accumulate_grad.h``, ``obeys_layout_contract``): one eager kernel outside the compiled graph per such
+    parameter and step. Size-1 dims are free (their stride does not matter)."""
+    elems = _list_elems(view, cat.children[0]) if cat.children else None
+    total = 0.0
+    for d, e in elems or ():
+        if d != 0:
+            continue
+        for m in view.classes.get(e, ()):
+            u = view.nodes[m]
+            if u.op == "Permute" and tuple(u.literals[0]) == (1, 0) and u.children and u.children[0] in params:
+                shape = view.shapes.get(u.children[0])
+                if shape is not None and len(shape) == 2 and all(isinstance(s, int) and s > 1 for s in shape):
+                    total += model.grad_copy_cost(params[u.children[0]])
+                break
+    return total
+
+
 def training_costs(view, info: GradientInfo, model, forced=frozenset(), fused=None, gemms=None) -> dict:
     """E-node id -> cost (us) its backward adds: :meth:`GPUCostModel.backward_cost` for e-nodes whose
     value requires grad, plus :meth:`GPUCostModel.grad_copy_cost` per member for a ``Permute`` of a stack
@@ -254,6 +276,10 @@ def training_costs(view, info: GradientInfo, model, forced=frozenset(), fused=No
     args_memo: dict = {}
     out: dict = {}
     for nid, node in view.nodes.items():
+        if node.op == "Cat" and node.eclass in grad and nid not in forced:
+            copies = _transposed_param_copies(view, node, params, model)
+            if copies:
+                out[nid] = copies
         if node.eclass not in grad or nid in forced or node.op in ("Leaf", "Cons", "Nil", "ACons", "ANil", "Cat"):
             continue
         if node.op == "Apply":

@@ -21,9 +21,10 @@ parameter stack: ``extract.grad.packed_cats``). Groups are small (two members pe
 commits without pricing, keeps upstream's ``min_fuse_set_size`` of 5 and leaves them; eqsat adds the group
 from two members and the cost model decides (``horizontal.driver.COST_DECIDED_MIN_FUSE_SET_SIZE``).
 
-Not priced yet: in a training graph a matmul member's weight gets its gradient transposed (a slice of
-``dY^T @ x`` viewed back), which AccumulateGrad copies into the parameter's layout outside the compiled graph,
-one eager kernel per such weight and step (docs/DESIGN.md, "GEMMs of one input in two spellings").
+In a training graph a matmul member's weight gets its gradient transposed (a slice of ``dY^T @ x`` viewed
+back), which AccumulateGrad copies into the parameter's layout outside the compiled graph, one eager kernel per
+such weight and step: priced by ``extract.grad._transposed_param_copies`` (docs/DESIGN.md, "GEMMs of one input
+in two spellings").
 """
 
 from __future__ import annotations
