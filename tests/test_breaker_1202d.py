@@ -49,3 +49,65 @@ def test_well_formed_last_offsets_bag_as_eager(mode):
     c = check(_bags_with_last_offset(mode), [*ws, *ids, *offs], "greedy",
               pattern_options={"batch_embedding_bag": {"min_fuse_set_size": 2}})
     assert c.report.patterns_fired["batch_embedding_bag"] == 1
+
+
+# -- optimus-eq optimize / explain (modelrun): a false "differs from eager" --------------------------------------
+
+class _RunningMean(torch.nn.Module):
+    """A forward that updates a buffer it reads (a running normalizer, as recommendation models keep)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.register_buffer("mean", torch.zeros(4))
+
+    def forward(self, x):
+        self.mean.mul_(0.5).add_(x.mean(0), alpha=0.5)
+        return self.lin(x - self.mean)
+
+
+class _Dropouts(torch.nn.Module):
+    """Six branches with a dropout each, in training mode."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lins = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(6))
+        self.drop = torch.nn.Dropout(0.5)
+
+    def forward(self, x):
+        return torch.cat([self.drop(lin(p)).relu() for lin, p in zip(self.lins, x.split(4, 1))], 1)
+
+
+# Found: ``optimus-eq optimize`` ran eager once and then each strategy on the same model object without resetting
+# it, and without a common random seed: a model whose forward updates a buffer it reads, or a training step with
+# dropout, was reported "differs from eager" (exit code 1) for every strategy, ``none`` included, with nothing
+# wrong. Fixed in modelrun.py (same_start: each run starts from the factory's buffers and one RNG seed; a mismatch
+# of a graph with random ops says why it may differ).
+@pytest.mark.parametrize("strategy", ["none", "greedy"])
+@pytest.mark.parametrize("case", ["running mean", "dropout"])
+def test_optimize_command_runs_every_strategy_from_eagers_start(strategy, case):
+    from optimus_eq.modelrun import ModelSpec, eager_result, run_strategy
+
+    torch.manual_seed(0)
+    if case == "running mean":
+        spec = ModelSpec(case, _RunningMean().eval(), (torch.randn(8, 4),))
+    else:
+        spec = ModelSpec(case, _Dropouts().train(), (torch.randn(8, 24),), lambda out: out.square().sum())
+    before = torch.random.get_rng_state()
+    expected = eager_result(spec)
+    options = {"patterns": ["normalization_pass", "split_cat_pass"]}  # the dropouts' inputs keep their layout
+    run = run_strategy(spec, strategy, options=options if strategy != "none" else {}, expected=expected)
+    assert run.error is None, run.error
+    assert run.outputs_match, f"{spec.name}: {run.mismatch}"
+    assert torch.equal(torch.random.get_rng_state(), before), "the user's RNG state was changed"
+
+
+def test_optimize_command_says_why_random_ops_differ():
+    from optimus_eq.modelrun import ModelSpec, run_strategy
+
+    torch.manual_seed(0)
+    spec = ModelSpec("dropout", _Dropouts().train(), (torch.randn(8, 24),), lambda out: out.square().sum())
+    run = run_strategy(spec, "greedy", options={"pattern_options": {"batch_dropout": {"min_fuse_set_size": 2}}})
+    assert run.graphs[0].report.patterns_fired["batch_dropout"] == 1
+    assert not run.outputs_match and "random ops" in run.mismatch and "fallback_random" in run.mismatch
+
