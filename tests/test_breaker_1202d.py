@@ -143,3 +143,33 @@ def test_random_ops_draw_as_eager_under_fallback_random(strategy, op):
         torch.manual_seed(1)
         got = gm2(*example)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+# Found: ``optimize_exported`` re-exported the optimized module while its code was not generated yet (a lazy
+# GraphModule, whose ``forward`` is ``(*args, **kwargs)`` until first use): the new program's inputs were named
+# ``args_0``, ... instead of the user's, so ``ep2.module()`` took ``(args_0)``, a re-export with ``dynamic_shapes``
+# keyed by the user's argument name raised (UserError: keys must be ['args_0']), and guard messages named
+# ``args_0``. Fixed in export.py (the module's code is generated before the re-export).
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_optimized_exported_program_keeps_the_users_argument_names(dynamic):
+    import inspect
+
+    import optimus_eq
+    from torch.export import Dim
+
+    class M(torch.nn.Module):
+        def forward(self, x, scale):
+            a, b = x.split(2, 1)
+            return torch.cat([a.tanh(), b.tanh()], 1) * scale
+
+    shapes = {"x": {0: Dim("B", min=2, max=64)}, "scale": None} if dynamic else None
+    ep = torch.export.export(M(), (torch.randn(5, 4), torch.randn(4)), dynamic_shapes=shapes)
+    ep2, report = optimus_eq.optimize_exported(ep, strategy="greedy")
+    assert report.fallback is None and report.patterns_fired
+    names = [s.arg.name for s in ep.graph_signature.input_specs]
+    assert [s.arg.name for s in ep2.graph_signature.input_specs] == names
+    assert list(inspect.signature(ep2.module().forward).parameters) == ["x", "scale"]
+    x, scale = torch.randn(7 if dynamic else 5, 4), torch.randn(4)
+    torch.testing.assert_close(ep2.module()(x, scale), ep.module()(x, scale))
+    again = torch.export.export(ep2.module(), (x, scale), dynamic_shapes=shapes)  # keyed by the user's names
+    torch.testing.assert_close(again.module()(x, scale), M()(x, scale))
