@@ -349,9 +349,9 @@ def run_strategy(spec: ModelSpec, strategy: str, level: str = "pre_grad", *, rto
         run.compile_s = time.perf_counter() - t0
         _compare(run, expected, got, rtol, atol)
         if run.mismatch and any(_draws_random(g.before) for g in run.graphs):
-            run.mismatch += (" (the graph has random ops: a plan that batches them, or hands them inputs of another "
-                             "layout, draws other random numbers than eager; torch._inductor.config.fallback_random "
-                             "= True keeps eager's)")
+            run.mismatch += (" (the graph has random ops: a plan that batches them or hands them inputs of another "
+                             "layout, or at post_grad Inductor's decompositions, draw other random numbers than eager; "
+                             "torch._inductor.config.fallback_random = True keeps eager's)")
     except Exception as exc:  # recorded: the command prints it and exits non-zero
         run.error = f"{type(exc).__name__}: {exc}"
     finally:
