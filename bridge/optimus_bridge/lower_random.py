@@ -16,7 +16,7 @@ from torch.fx import Graph, Node
 from torch.fx.experimental.symbolic_shapes import guard_or_false
 
 from optimus_bridge.effects import is_mutation
-from optimus_bridge.fx_meta import dropout_draws, meta_val
+from optimus_bridge.fx_meta import dropout_draws, meta_val, node_arg
 from optimus_bridge.lower_outputs import _copy_like, _observable_strides, _restridable
 from optimus_bridge.lower_table import IRLevel
 
@@ -28,7 +28,8 @@ _RANDOM_NAMES = frozenset(["dropout", "dropout1d", "dropout2d", "dropout3d", "al
 
 def draws_random(node: Node) -> bool:
     """Does ``node`` draw random numbers (an aten op tagged ``nondeterministic_seeded``, or a Torch-IR op of
-    :data:`_RANDOM_NAMES`; a dropout only in training mode with ``p != 0``)?"""
+    :data:`_RANDOM_NAMES`; a dropout only in training mode with ``p != 0``: in eval mode it returns its input
+    itself, whose aliasing a copy would lose)?"""
     if node.op not in ("call_function", "call_method"):
         return False
     target = node.target
@@ -37,7 +38,12 @@ def draws_random(node: Node) -> bool:
     name = target if isinstance(target, str) else getattr(target, "__name__", "")
     if name not in _RANDOM_NAMES:
         return False
-    return dropout_draws(node) if name == "dropout" else True
+    if name == "dropout":
+        return dropout_draws(node)
+    if name.endswith("dropout") and name != "native_dropout":  # eval mode returns its input itself: no draw
+        training = node_arg(node, 2, "training", node_arg(node, 2, "train", name.startswith("dropout")))
+        return training is not False and node_arg(node, 1, "p", 0.5) != 0
+    return True
 
 
 def fix_random_inputs(graph: Graph, env: dict, level: IRLevel) -> list[Node]:
