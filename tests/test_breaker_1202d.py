@@ -201,3 +201,18 @@ def test_patterns_of_the_other_level_only_raise():
     assert report.patterns_fired["normalization_pass"] > 0
     gm3, report = optimus_eq.optimize(gm, [x], strategy="greedy", patterns=[])  # none: allowed, nothing runs
     assert not report.patterns_fired
+
+
+# Found: ``optimus-eq optimize --rtol -1`` (or ``--atol nan``) compiled every strategy and then reported each as
+# ERROR (assert_close refuses a negative tolerance), exit code 1 as if a strategy had failed; ``demo --warmup -1``
+# ran with no warmup and printed "timing -1 warmup". Fixed in cli.py (checked with the other counts: exit code 2
+# before anything runs).
+@pytest.mark.parametrize("argv", [["optimize", "model.py:make", "--rtol", "-1"],
+                                  ["explain", "model.py:make", "--atol", "nan"],
+                                  ["demo", "--warmup", "-1"],
+                                  ["bench", "--rounds", "0"]])
+def test_bad_numbers_on_the_command_line_exit_2_before_anything_runs(argv, capsys):
+    from optimus_eq.cli import main
+
+    assert main(argv) == 2
+    assert "must be at least" in capsys.readouterr().err
