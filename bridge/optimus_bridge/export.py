@@ -56,6 +56,11 @@ def optimize_exported(ep, example_inputs: tuple | None = None, strategy: str = "
     if new_gm is gm:  # strategy "none", or a fallback (already warned)
         return ep, report
     try:
+        # a lazy GraphModule's forward is (*args, **kwargs) until its code is generated: export would name the
+        # inputs args_0, ... instead of the user's
+        from torch.fx._lazy_graph_module import _LazyGraphModule
+
+        _LazyGraphModule.force_recompile(new_gm)
         program = torch.export.export(new_gm, tuple(args), dict(kwargs),
                                       dynamic_shapes=_dynamic_shapes(ep, new_gm, args, kwargs))
     except Exception as exc:  # fail-safe: the user's program is never lost

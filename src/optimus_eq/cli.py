@@ -444,10 +444,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    for name in ("fields", "dim", "batch", "iters", "min_fuse_set_size"):
+    for name, least in (("fields", 1), ("dim", 1), ("batch", 1), ("iters", 1), ("min_fuse_set_size", 1),
+                        ("rounds", 1), ("warmup", 0), ("prewarm", 0), ("rtol", 0), ("atol", 0)):
         value = getattr(args, name, None)
-        if value is not None and value < 1:
-            print(f"optimus-eq: --{name.replace('_', '-')} must be at least 1", file=sys.stderr)
+        if value is not None and not value >= least:  # NaN too
+            print(f"optimus-eq: --{name.replace('_', '-')} must be at least {least}", file=sys.stderr)
             return 2
     return args.func(args)
 

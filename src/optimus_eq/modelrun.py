@@ -17,6 +17,7 @@ Outputs (and gradients) are compared with eager's. :func:`count_compiled_kernels
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import sys
 import time
@@ -76,6 +77,12 @@ class ModelSpec:
     model: Callable
     inputs: tuple
     loss: Callable | None = None
+    start: dict = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # the buffers as the factory made them: every run (eager's, each strategy's) starts from them
+        self.start = ({k: b.detach().clone() for k, b in self.model.named_buffers()}
+                      if isinstance(self.model, torch.nn.Module) else {})
 
     @property
     def device(self) -> str:
@@ -194,13 +201,47 @@ class StrategyRun:
         }
 
 
-def eager_result(spec: ModelSpec) -> tuple[list, dict]:
-    """Eager's flat outputs and, with a loss, the parameters' gradients (then cleared again)."""
-    if spec.loss is None:
+@contextlib.contextmanager
+def same_start(spec: ModelSpec, seed: int = 0):
+    """Run one call of ``spec.model`` (eager's or a strategy's) from the state eager's started from: the
+    model's buffers as the factory returned them (``ModelSpec.start``: a forward that updates a running
+    statistic or a counter would otherwise hand the next run another model) and the global RNG seeded with
+    ``seed`` (restored afterwards), so that random ops the plan leaves alone draw what eager drew."""
+    if isinstance(spec.model, torch.nn.Module):
         with torch.no_grad():
-            return [t.detach().clone() if isinstance(t, torch.Tensor) else t
-                    for t in tree_leaves(spec.model(*spec.inputs))], {}
-    return _train_step(spec, spec.model)
+            for k, b in spec.model.named_buffers():
+                s = spec.start.get(k)
+                if s is not None and s.shape == b.shape and s.dtype == b.dtype:
+                    b.copy_(s)
+    devices = [torch.cuda.current_device()] if spec.device == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
+
+
+def eager_result(spec: ModelSpec) -> tuple[list, dict]:
+    """Eager's flat outputs and, with a loss, the parameters' gradients (then cleared again); from
+    :func:`same_start`."""
+    with same_start(spec):
+        if spec.loss is None:
+            with torch.no_grad():
+                return [t.detach().clone() if isinstance(t, torch.Tensor) else t
+                        for t in tree_leaves(spec.model(*spec.inputs))], {}
+        return _train_step(spec, spec.model)
+
+
+#: names of ops that draw random numbers (a hint in a mismatch's message, not a check)
+_RANDOM_OPS = ("dropout", "rand", "bernoulli", "normal", "multinomial", "poisson", "rrelu")
+
+
+def _draws_random(gm: GraphModule) -> bool:
+    """Does ``gm`` call an op whose name says it draws random numbers (:data:`_RANDOM_OPS`)?"""
+    for n in gm.graph.nodes:
+        if n.op in ("call_function", "call_method"):
+            name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", str(n.target))
+            if any(r in name for r in _RANDOM_OPS):
+                return True
+    return False
 
 
 def _params(model) -> dict[str, torch.Tensor]:
@@ -298,14 +339,19 @@ def run_strategy(spec: ModelSpec, strategy: str, level: str = "pre_grad", *, rto
     try:
         compiled = torch.compile(spec.model, backend=_backend(strategy, level, run.graphs, dict(options or {})))
         t0 = time.perf_counter()
-        if spec.loss is None:
-            with torch.no_grad():
-                got = ([t.detach() if isinstance(t, torch.Tensor) else t for t in tree_leaves(compiled(*spec.inputs))],
-                       {})
-        else:
-            got = _train_step(spec, compiled)
+        with same_start(spec):
+            if spec.loss is None:
+                with torch.no_grad():
+                    got = ([t.detach() if isinstance(t, torch.Tensor) else t
+                            for t in tree_leaves(compiled(*spec.inputs))], {})
+            else:
+                got = _train_step(spec, compiled)
         run.compile_s = time.perf_counter() - t0
         _compare(run, expected, got, rtol, atol)
+        if run.mismatch and any(_draws_random(g.before) for g in run.graphs):
+            run.mismatch += (" (the graph has random ops: a plan that batches them or hands them inputs of another "
+                             "layout, or at post_grad Inductor's decompositions, draw other random numbers than eager; "
+                             "torch._inductor.config.fallback_random = True keeps eager's)")
     except Exception as exc:  # recorded: the command prints it and exits non-zero
         run.error = f"{type(exc).__name__}: {exc}"
     finally:

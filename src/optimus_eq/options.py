@@ -234,7 +234,8 @@ def select_patterns(registry: PatternRegistry, patterns: Iterable[str] | None, l
 
     Raises:
         ValueError, TypeError, NotImplementedError: as :func:`select_from_options`; ValueError also
-            when ``patterns`` and the option dictionary of ``level`` are both given.
+            when ``patterns`` and the option dictionary of ``level`` are both given, or when ``patterns``
+            names only patterns of another level (a Torch-IR pattern for an Aten-IR graph: nothing would run).
     """
     selections = {}
     for lv, opts in (("pre_grad", pre_grad_fusion_options), ("post_grad", post_grad_fusion_options)):
@@ -244,4 +245,8 @@ def select_patterns(registry: PatternRegistry, patterns: Iterable[str] | None, l
         if patterns is not None:
             raise ValueError(f"give either patterns= or {level}_fusion_options=, not both")
         return selections[level]
-    return registry.select(patterns, level)
+    chosen = registry.select(patterns, level)
+    if chosen and not any(level in p.levels for p in chosen):  # a silent no-op otherwise: no rule would match
+        raise ValueError(f"none of the patterns {[p.name for p in chosen]} runs at the {level} level (the graph's "
+                         f"IR level); {level} patterns: {sorted(p.name for p in registry if level in p.levels)}")
+    return chosen
