@@ -11,7 +11,7 @@ from collections import Counter
 
 from optimus_eq.cost import GPUCostModel
 from optimus_eq.extract.bound import component_bound
-from optimus_eq.extract.ilp import _ILP, BATCH, _plan_cycles, load_solver
+from optimus_eq.extract.ilp import _ILP, BATCH, FRACTIONAL, _plan_cycles, load_solver
 from optimus_eq.extract.plan import Extraction
 from optimus_eq.extract.prune import _prepare
 from optimus_eq.extract.refine import _refine
@@ -227,6 +227,7 @@ def _exact(p, prep, method, ilp_max_nodes, max_rounds, end, fast, used, pick, st
         else:
             batches.append((n, [g]))
     by_first = {id(gs[0]): gs for gs in copies.values()}
+    size_of = {id(g): n for n, g in firsts}
     if batches:
         load_solver()  # before any solve's clock starts (the first call of a process imports HiGHS)
     solved = optimal = improved = failed = skipped = 0
@@ -235,7 +236,10 @@ def _exact(p, prep, method, ilp_max_nodes, max_rounds, end, fast, used, pick, st
     rounds = 0
     exact_s = 0.0
     vnodes = prep.vnodes
-    for n, comps in batches:
+    split = 0  # batches whose LP relaxation was fractional: their components solved one by one
+    todo = batches[::-1]
+    while todo:
+        n, comps = todo.pop()
         members = sum((by_first[id(g)] for g in comps), [])
         t0 = time.perf_counter()
         left = end - t0
@@ -243,9 +247,20 @@ def _exact(p, prep, method, ilp_max_nodes, max_rounds, end, fast, used, pick, st
             skipped += len(members)
             continue
         budget = left if limit is None else min(left, EXACT_BASE_S + EXACT_PER_NODE_S * n)
-        got, rnd, reason = ilp.solve([c for g in comps for c in g], budget, max_rounds, fast, used)
+        got, rnd, reason = ilp.solve([c for g in comps for c in g], budget, max_rounds, fast, used,
+                                     lp_only=len(comps) > 1)
         exact_s += time.perf_counter() - t0
         rounds = max(rounds, rnd)
+        if got is None and reason == FRACTIONAL:  # halve the batch (one component alone gets the MIP)
+            split += 1
+            sizes = [size_of[id(g)] for g in comps]
+            half, acc = 1, sizes[0]
+            while half < len(comps) - 1 and 2 * (acc + sizes[half]) <= n:
+                acc += sizes[half]
+                half += 1
+            todo.append((n - acc, comps[half:]))
+            todo.append((acc, comps[:half]))
+            continue
         if got is None:
             failed += 1
             why.append(reason)
@@ -268,7 +283,7 @@ def _exact(p, prep, method, ilp_max_nodes, max_rounds, end, fast, used, pick, st
     stats.update(exact_components=solved, exact_optimal=optimal, exact_improved=improved, bound_closed=len(closed),
                  fast_max_gap=max(fast_gaps, default=0.0),
                  exact_distinct=sum(len(c) for _, c in batches), exact_max_gap=max(gaps, default=0.0),
-                 exact_s=exact_s, over_limit=over, deadline_skipped=skipped, exact_failed=why)
+                 exact_s=exact_s, over_limit=over, deadline_skipped=skipped, exact_failed=why, exact_split=split)
     if over:
         notes.append(f"{len(over)} ilp components over {limit} e-nodes (largest {max(over)}) left to the fast plan")
     if failed:

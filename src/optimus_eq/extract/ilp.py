@@ -15,8 +15,9 @@ import numpy as np
 from optimus_eq.extract.prune import _components, _Prepared
 from optimus_eq.extract.tree import _Problem
 
-ORDER_AFTER = 2
+ORDER_AFTER = 0  # every cyclic SCC gets its hub rows in the first solve (see _hub_rows)
 BATCH = 1500  # e-nodes per milp call (independent components solved together)
+FRACTIONAL = "lp relaxation fractional"  # solve(lp_only=True): the batch needs the MIP
 
 
 @dataclass
@@ -92,10 +93,14 @@ class _ILP:
         self.scc = scc.tolist()
 
     def solve(self, group: list[int], seconds: float, max_rounds: int,
-              start: list[int] | None = None, used: set | None = None) -> tuple[Solved | None, int, str]:
+              start: list[int] | None = None, used: set | None = None,
+              lp_only: bool = False) -> tuple[Solved | None, int, str]:
         """Choose an e-node for the classes of ``group`` (several independent components at once).
 
         ``start`` (class -> e-node, acyclic) and ``used`` (the classes that plan needs) warm-start HiGHS.
+        With ``lp_only`` no MIP runs: a fractional LP relaxation gives ``(None, rounds, FRACTIONAL)`` (the
+        driver then solves the batch's components one by one: HiGHS's branch and bound on a batch of
+        independent components took 5x the sum of their separate solves on DLRM).
         Returns ``(Solved, rounds, "")``, or ``(None, rounds, reason)`` when no acyclic plan came back (time
         limit before any incumbent, cycle rounds exhausted, solver error).
         """
@@ -162,10 +167,13 @@ class _ILP:
             for s in sccs:
                 ordered.add(s)
                 members = [c for c in group if self.cyclic[c] and self.scc[c] == s]
-                for c in members:
-                    tvar[c] = nx + len(tvar)
-                    tub.append(float(len(members)))
-                r = self._order_rows(members, vnodes, index, tvar, rows, cols, vals, lo, hi, r)
+                hubs = feedback_classes(members, vnodes, kids)
+                for h in hubs:
+                    for c in members:
+                        if c != h:
+                            tvar[(h, c)] = nx + len(tvar)
+                            tub.append(1.0)
+                r = self._hub_rows(members, hubs, vnodes, index, tvar, rows, cols, vals, lo, hi, r)
 
         if self.order_after == 0:
             order({self.scc[c] for c in group if self.cyclic[c]})
@@ -180,9 +188,9 @@ class _ILP:
                     if not fixed[c] and c in used:
                         x0[index[start[c]]] = 1.0
                 if tvar:
-                    x0[nx:] = self._order_values(tvar, start, used)
+                    x0[nx:] = self._hub_values(tvar, start, used)
             res = _milp(np.concatenate([cost, np.zeros(len(tvar))]), rows, cols, vals, lo, hi, nx,
-                        np.concatenate([np.ones(nx), tub]), left, x0)
+                        np.concatenate([np.ones(nx), tub]), left, x0, lp_only)
             if isinstance(res, str):
                 return None, rnd, res
             x, optimal, gap = res
@@ -206,71 +214,149 @@ class _ILP:
                 return Solved(got, sum(p.cost[i] for i in got.values()), optimal, gap, rnd), rnd, ""
             if not optimal:  # an incumbent at the time limit that cycles: no time left to cut and solve again
                 return None, rnd, "ilp time limit (cyclic incumbent)"
-            for cyc in cycles:  # forbid every cycle of this plan
-                free = [index[i] for i in cyc if i in index]
-                if not free:
+            for cyc in cycles:  # forbid every cycle of this plan, and every plan through the same classes
+                free, bound = self._cycle_cut(cyc, vnodes, index)
+                if bound < 0:
                     return None, rnd, "cycle among fixed e-nodes"
                 rows.extend([r] * len(free))
                 cols.extend(free)
                 vals.extend([1.0] * len(free))
                 lo.append(-np.inf)
-                hi.append(len(free) - 1.0)
+                hi.append(float(bound))
                 r += 1
             if rnd >= self.order_after:  # an SCC that keeps cycling gets order variables
                 order({self.scc[p.ncls[cyc[0]]] for cyc in cycles} - ordered)
         return None, max_rounds, "ilp cycle rounds exhausted"
 
-    def _order_values(self, tvar: dict, start: list[int], used: set) -> np.ndarray:
-        """Order variables that make the acyclic plan ``start`` satisfy the order rows: one more than the
-        largest value among the chosen e-node's children in the same SCC (0 for an unused class)."""
-        kids = self.p.kids
-        t = {c: 0.0 for c in tvar}
-        done: set = set()
-        for c0 in tvar:
-            if c0 in done or c0 not in used:
+    def _cycle_cut(self, cyc: list[int], vnodes: dict, index: dict) -> tuple[list[int], int]:
+        """The row forbidding the class cycle of the e-node cycle ``cyc`` (each e-node needs the next one's
+        class, the last the first's): classes ``c_1 .. c_m``, at most ``m - 1`` of them may choose an e-node
+        that needs the next class. Every acyclic plan with one e-node per class satisfies it, so the optimum
+        over such plans is kept; it also forbids the cycles through other e-nodes of those classes (a list
+        cell cut once instead of once per e-node sequence). Returns ``(columns, right-hand side)``; the
+        right-hand side is negative when fixed e-nodes alone close the cycle."""
+        ncls, kids, fixed = self.p.ncls, self.p.kids, self.fixed
+        cls = [ncls[i] for i in cyc]
+        free: list[int] = []
+        bound = len(cyc) - 1
+        for k, c in enumerate(cls):
+            nxt = cls[(k + 1) % len(cls)]
+            if fixed[c]:
+                bound -= 1  # its one e-node is always chosen (and needs nxt: it is on the cycle)
                 continue
-            stack = [(c0, False)]
-            while stack:
-                c, post = stack.pop()
-                if post:
-                    t[c] = 1.0 + max((t[k] for k in kids[start[c]] if k in tvar), default=-1.0)
-                    continue
-                if c in done:
-                    continue
-                done.add(c)
-                stack.append((c, True))
-                stack.extend((k, False) for k in kids[start[c]] if k in tvar and k not in done)
+            free.extend(index[i] for i in vnodes[c] if nxt in kids[i])
+        return free, bound
+
+    def _hub_values(self, tvar: dict, start: list[int], used: set) -> np.ndarray:
+        """Reach variables that make the acyclic plan ``start`` satisfy the hub rows: ``d[h, c]`` is 1 when
+        ``c`` is used and its chosen e-node reaches the hub ``h`` through chosen e-nodes, else 0."""
+        kids = self.p.kids
+        inside = {c for _, c in tvar} | {h for h, _ in tvar}
+        back: dict[int, list[int]] = {}
+        for c in inside:
+            if c in used:
+                for k in set(kids[start[c]]):
+                    if k in inside:
+                        back.setdefault(k, []).append(c)
         out = np.zeros(len(tvar))
-        for c, col in tvar.items():
-            out[col - min(tvar.values())] = t[c]
+        first = min(tvar.values())
+        for h in {h for h, _ in tvar}:
+            seen = {h}
+            todo = [h]
+            while todo:
+                for c in back.get(todo.pop(), ()):
+                    if c not in seen:
+                        seen.add(c)
+                        todo.append(c)
+                        if (h, c) in tvar:
+                            out[tvar[(h, c)] - first] = 1.0
         return out
 
-    def _order_rows(self, members, vnodes, index, tvar, rows, cols, vals, lo, hi, r) -> int:
-        """Rows ``t_c - t_k >= 1`` for every e-node of ``c`` needing ``k`` (both in one SCC), when chosen."""
-        big = float(len(members))
+    def _hub_rows(self, members, hubs, vnodes, index, tvar, rows, cols, vals, lo, hi, r) -> int:
+        """Rows that rule out every cycle through the hub classes ``hubs`` (a feedback set of ``members``: every
+        cycle of the SCC passes through one), with one reach variable ``d[h, c]`` in [0, 1] per hub and class:
+        a chosen e-node of ``c`` that needs ``h`` sets ``d[h, c] >= x``; one that needs ``k`` passes it on,
+        ``d[h, c] >= x + d[h, k] - 1``; a chosen e-node of ``h`` may not need a class that reaches it,
+        ``x + d[h, k] <= 1``. An acyclic plan satisfies them (``d``: does ``c`` reach ``h``); a plan with a
+        cycle through ``h`` does not (``d`` is forced to 1 back along it). No big-M: the LP relaxation is
+        tighter than topological-order variables' (``t_c >= t_k + 1 - n (1 - x)``)."""
+        kids = self.p.kids
         inside = set(members)
-        for c in members:
-            for i in vnodes[c]:
-                for k in self.p.kids[i]:
-                    if k not in inside:
-                        continue
-                    rows.extend([r, r])
-                    cols.extend([tvar[c], tvar[k]])
-                    vals.extend([1.0, -1.0])
-                    if i in index:  # t_c - t_k - big * x_i >= 1 - big
-                        rows.append(r), cols.append(index[i]), vals.append(-big)
-                        lo.append(1.0 - big)
-                    else:           # a fixed e-node: always chosen
-                        lo.append(1.0)
-                    hi.append(np.inf)
-                    r += 1
+        for h in hubs:
+            for c in members:
+                for i in vnodes[c]:
+                    xi = index.get(i)  # None: a fixed e-node (always chosen)
+                    for k in set(kids[i]):
+                        if k not in inside:
+                            continue
+                        if c == h:      # x_i + d[h, k] <= 1 (k == h: a self loop, x_i <= 0)
+                            rc, rv, b = ([], [], 1.0) if k == h else ([tvar[(h, k)]], [1.0], 1.0)
+                            if xi is None:
+                                b -= 1.0
+                            else:
+                                rc, rv = rc + [xi], rv + [1.0]
+                            lo.append(-np.inf)
+                            hi.append(b)
+                        else:           # d[h, c] - d[h, k] - x_i >= -1 (k == h: d[h, c] - x_i >= 0)
+                            rc, rv = [tvar[(h, c)]], [1.0]
+                            b = 0.0 if k == h else -1.0
+                            if k != h:
+                                rc, rv = rc + [tvar[(h, k)]], rv + [-1.0]
+                            if xi is None:
+                                b += 1.0
+                            else:
+                                rc, rv = rc + [xi], rv + [-1.0]
+                            lo.append(b)
+                            hi.append(np.inf)
+                        if rc:
+                            rows.extend([r] * len(rc))
+                            cols.extend(rc)
+                            vals.extend(rv)
+                        r += 1
         return r
 
 
-def _milp(cost, rows, cols, vals, lo, hi, n_int, ub, seconds, start=None):
+def feedback_classes(members: list[int], vnodes: dict, kids: list) -> list[int]:
+    """A small feedback vertex set of the class graph on ``members`` (edge ``c -> k`` when a valid e-node of
+    ``c`` needs ``k``): every cycle passes through one of the returned classes. Greedy: strip classes with no
+    edge in or out inside what is left, take the class of most in x out edges (a self loop first), repeat."""
+    inside = set(members)
+    succ = {c: {k for i in vnodes[c] for k in kids[i] if k in inside} for c in members}
+    pred: dict[int, set[int]] = {c: set() for c in members}
+    for c, ks in succ.items():
+        for k in ks:
+            pred[k].add(c)
+    left = set(members)
+    out: list[int] = []
+
+    def drop(c: int) -> None:
+        left.discard(c)
+        for k in succ[c]:
+            pred[k].discard(c)
+        for q in pred[c]:
+            succ[q].discard(c)
+
+    while left:
+        todo = [c for c in left if not succ[c] or not pred[c]]
+        while todo:
+            c = todo.pop()
+            if c not in left:
+                continue
+            nbrs = succ[c] | pred[c]
+            drop(c)
+            todo.extend(k for k in nbrs if k in left and (not succ[k] or not pred[k]))
+        if not left:
+            break
+        best = max(left, key=lambda c: (c in succ[c], len(succ[c]) * len(pred[c]), -c))
+        out.append(best)
+        drop(best)
+    return out
+
+
+def _milp(cost, rows, cols, vals, lo, hi, n_int, ub, seconds, start=None, lp_only=False):
     """Solve min cost.x, lo <= A x <= hi, 0 <= x <= ub, the first n_int columns binary, from the feasible
     point ``start`` if given. Returns ``(x, optimal, gap)`` (at the time limit: HiGHS's incumbent, its
-    relative gap) or a reason (str)."""
+    relative gap) or a reason (str): ``FRACTIONAL`` when ``lp_only`` and the LP relaxation is not integral."""
     from scipy.sparse import csc_matrix
 
     n = len(cost)
@@ -278,7 +364,7 @@ def _milp(cost, rows, cols, vals, lo, hi, n_int, ub, seconds, start=None):
     if _highs() is not None:
         try:
             return _highs_direct(cost, a, np.asarray(lo, dtype=float), np.asarray(hi, dtype=float), n_int, ub,
-                                 seconds, start)
+                                 seconds, start, lp_only)
         except _HighsUnavailable:
             pass
     from scipy.optimize import Bounds, LinearConstraint, milp
@@ -322,7 +408,7 @@ def _highs():
     return _HIGHS[0]
 
 
-def _highs_direct(cost, a, lo, hi, n_int, ub, seconds, start=None):
+def _highs_direct(cost, a, lo, hi, n_int, ub, seconds, start=None, lp_only=False):
     """HiGHS through the bindings scipy ships (what ``milp`` does, minus ~1 ms of Python per call).
 
     The LP relaxation is solved first: on these problems it is almost always integral (every batch of the
@@ -375,6 +461,8 @@ def _highs_direct(cost, a, lo, hi, n_int, ub, seconds, start=None):
         x = np.asarray(highs.getSolution().col_value)
         if not relaxed or np.all(np.abs(x[:n_int] - np.round(x[:n_int])) <= 1e-7):
             return x, True, 0.0
+        if lp_only:
+            return FRACTIONAL
         if time.perf_counter() >= deadline:
             return "ilp time limit"
     raise AssertionError("unreachable")
