@@ -19,11 +19,11 @@ from optimus_eq.extract.tree import _Problem
 from optimus_eq.extract.view import EGraphView, no_gc
 
 #: ``"auto"``: components of the choice core up to this many e-nodes are solved exactly.
-EXACT_MAX_NODES = 2_000
+EXACT_MAX_NODES = 4_000
 #: Time budget of one exact solve (a batch of components): this many seconds, plus ...
 EXACT_BASE_S = 0.05
-#: ... this many per e-node of the batch (2,000 e-nodes: 1.05 s).
-EXACT_PER_NODE_S = 5e-4
+#: ... this many per e-node of the batch (2,000 e-nodes: 2.05 s; a batch whose relaxation is fractional is halved).
+EXACT_PER_NODE_S = 1e-3
 #: Components of at least this many e-nodes are compared with the others of their size (solved once per
 #: distinct problem); smaller ones are solved together, a few hundred per HiGHS call.
 DEDUP_MIN_NODES = 100
