@@ -15,7 +15,7 @@ import networkx as nx
 import pytest
 
 from optimus_eq.extract import ilp
-from optimus_eq.extract.ilp import feedback_classes
+from optimus_eq.extract.cycles import feedback_classes
 from test_extract import SynthEGraph, _feasible_parts, brute_force, check_plan, disjoint_union, random_egraph
 
 
