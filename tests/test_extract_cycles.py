@@ -110,3 +110,30 @@ def test_a_batch_with_a_fractional_relaxation_is_split(monkeypatch):
     assert st["exact_components"] + len(st["exact_failed"]) == st["components"]
     assert not st["exact_failed"] and st["exact_optimal"] == st["exact_components"]
     assert check_plan(g, ex) == pytest.approx(opt, abs=1e-6)
+
+
+def test_exact_budgets_stretch_with_the_load(monkeypatch):
+    from optimus_eq.extract import driver
+
+    monkeypatch.setattr(driver.os, "cpu_count", lambda: 2)
+    for load, want in ((0.3, 1.0), (2.0, 1.0), (9.0, 4.5), (100.0, driver.MAX_LOAD_SHARE)):
+        monkeypatch.setattr(driver.os, "getloadavg", lambda load=load: (load, load, load))
+        assert driver.wall_per_cpu_second() == want
+    budgets = []
+    real = ilp._ILP.solve
+
+    def solve(self, group, seconds, *args, **kw):
+        budgets.append(seconds)
+        return real(self, group, seconds, *args, **kw)
+
+    monkeypatch.setattr(ilp._ILP, "solve", solve)
+    monkeypatch.setattr("optimus_eq.extract.driver.component_bound", lambda *a, **k: None)
+    parts, _ = _feasible_parts(7000, 2)
+    g = disjoint_union(parts)
+    monkeypatch.setattr(driver.os, "getloadavg", lambda: (2.0, 2.0, 2.0))
+    g.extract("auto")
+    quiet = list(budgets)
+    budgets.clear()
+    monkeypatch.setattr(driver.os, "getloadavg", lambda: (8.0, 8.0, 8.0))
+    g.extract("auto")
+    assert quiet and budgets == pytest.approx([4 * b for b in quiet])
