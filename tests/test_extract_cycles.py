@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 
 import networkx as nx
+import torch
 import pytest
 
 from optimus_eq.extract import ilp
@@ -137,3 +138,44 @@ def test_exact_budgets_stretch_with_the_load(monkeypatch):
     monkeypatch.setattr(driver.os, "getloadavg", lambda: (8.0, 8.0, 8.0))
     g.extract("auto")
     assert quiet and budgets == pytest.approx([4 * b for b in quiet])
+
+
+def test_dlrm_cycles_are_ruled_out_in_one_solve(monkeypatch):
+    """DLRM (cpu preset, inference): the pooled embeddings' cat, the narrows of that cat and the list cells form
+    a cyclic SCC that pruning keeps (a piece is a narrow of the cat, or the bag itself). With hub rows the ILP
+    proves its plan optimal in one round; the lazy cuts (hub rows from round 3) reach the same cost in more."""
+    import optimus_eq
+    import optimus_eq.api as api
+    from optimus_bench.models import build
+    from optimus_eq.cost import GPUCostModel
+    from optimus_eq.extract import extract
+    from optimus_eq.extract.prune import _prepare
+    from optimus_eq.extract.tree import _Problem
+
+    from conftest import dynamo_graph
+
+    case = build("dlrm", "cpu")
+    with torch.no_grad():
+        gm, ex_in = dynamo_graph(case.model.eval(), *case.inputs)
+    calls = []
+    real = api.extract
+
+    def spy(view, roots, forced, model=None, **kw):
+        calls.append((view, roots, forced))
+        return real(view, roots, forced, model, **kw)
+
+    monkeypatch.setattr(api, "extract", spy)
+    optimus_eq.optimize(gm, ex_in, strategy="eqsat", cost_model=GPUCostModel(training=False))
+    view, roots, forced = calls[-1]
+    model = GPUCostModel(training=False)
+    view.assign_costs(model, forced)
+    p = _Problem(view, forced)
+    tree = p.tree()
+    prep = _prepare(p, tree, list(dict.fromkeys(p.cid[r] for r in roots)), 4000)
+    assert (prep.cyclic & prep.reach & ~prep.fixed).any()  # a cycle the ILP must rule out
+    got = extract(view, roots, forced, model, method="ilp", seconds=120)
+    assert got.method == "ilp" and got.ilp_rounds == 1, got.note
+    monkeypatch.setattr(ilp, "ORDER_AFTER", 3)
+    lazy = extract(view, roots, forced, model, method="ilp", seconds=120)
+    assert lazy.method == "ilp" and lazy.ilp_rounds >= 2, lazy.note
+    assert lazy.dag_cost == pytest.approx(got.dag_cost, abs=1e-6)
