@@ -54,10 +54,13 @@ def _cyclic_seeds(n: int) -> list[int]:
     return out
 
 
-@pytest.mark.parametrize("order_after", [0, 1, 99])
-def test_hub_rows_and_lazy_cuts_reach_the_optimum(order_after, monkeypatch):
-    """0: hub rows up front (the default); 1: after one round of class-cycle cuts; 99: class-cycle cuts only."""
+@pytest.mark.parametrize("order_after,max_hubs", [(0, 8), (1, 8), (99, 8), (0, 0), (1, 0)])
+def test_hub_rows_and_lazy_cuts_reach_the_optimum(order_after, max_hubs, monkeypatch):
+    """0: hub rows up front (the default); 1: after one round of class-cycle cuts; 99: class-cycle cuts only.
+    ``max_hubs`` 0: every SCC gets topological-order variables instead of hub rows (the fallback for SCCs
+    with many hubs)."""
     monkeypatch.setattr(ilp, "ORDER_AFTER", order_after)
+    monkeypatch.setattr(ilp, "MAX_HUBS", max_hubs)
     rounds = []
     for seed in _cyclic_seeds(60):
         g = random_egraph(random.Random(seed))
@@ -70,7 +73,7 @@ def test_hub_rows_and_lazy_cuts_reach_the_optimum(order_after, monkeypatch):
         assert ex.method == "ilp" or "no choice" in ex.note, (seed, ex.method, ex.note)
         rounds.append(ex.ilp_rounds)
     if order_after == 0:
-        assert max(rounds) == 1  # hub rows rule out every cycle: no round cuts one
+        assert max(rounds) == 1  # hub rows (or order variables) rule out every cycle: no round cuts one
     else:
         assert max(rounds) >= 2
 

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
+#: An SCC whose feedback set has more classes than this gets topological-order variables instead (one per
+#: class, big-M rows): hub rows grow with hubs x e-nodes. DLRM and launch_bound need 1-2 hubs per SCC.
+MAX_HUBS = 8
+
 
 def feedback_classes(members: list[int], vnodes: dict, kids: list) -> list[int]:
     """A small feedback vertex set of the class graph on ``members`` (edge ``c -> k`` when a valid e-node of
@@ -88,19 +92,20 @@ def hub_rows(kids: list, members, hubs, vnodes, index, tvar, rows, cols, vals, l
     return r
 
 
-def hub_values(kids: list, tvar: dict, start: list[int], used: set) -> np.ndarray:
-    """Reach variables that make the acyclic plan ``start`` satisfy the hub rows: ``d[h, c]`` is 1 when
-    ``c`` is used and its chosen e-node reaches the hub ``h`` through chosen e-nodes, else 0."""
-    inside = {c for _, c in tvar} | {h for h, _ in tvar}
+def hub_values(kids: list, tvar: dict, start: list[int], used: set) -> dict[int, float]:
+    """Reach variables that make the acyclic plan ``start`` satisfy the hub rows: ``d[h, c]`` (key ``(h, c)`` of
+    ``tvar``) is 1 when ``c`` is used and its chosen e-node reaches the hub ``h`` through chosen e-nodes, else 0.
+    Returns column -> value for the hub keys of ``tvar`` (order keys ``("t", c)`` are :func:`order_values`')."""
+    keys = [(h, c) for h, c in tvar if h != "t"]
+    inside = {c for _, c in keys} | {h for h, _ in keys}
     back: dict[int, list[int]] = {}
     for c in inside:
         if c in used:
             for k in set(kids[start[c]]):
                 if k in inside:
                     back.setdefault(k, []).append(c)
-    out = np.zeros(len(tvar))
-    first = min(tvar.values())
-    for h in {h for h, _ in tvar}:
+    out = {tvar[key]: 0.0 for key in keys}
+    for h in {h for h, _ in keys}:
         seen = {h}
         todo = [h]
         while todo:
@@ -109,5 +114,52 @@ def hub_values(kids: list, tvar: dict, start: list[int], used: set) -> np.ndarra
                     seen.add(c)
                     todo.append(c)
                     if (h, c) in tvar:
-                        out[tvar[(h, c)] - first] = 1.0
+                        out[tvar[(h, c)]] = 1.0
     return out
+
+
+def order_rows(kids: list, members, vnodes, index, tvar, rows, cols, vals, lo, hi, r) -> int:
+    """Topological-order rows for an SCC with more than ``MAX_HUBS`` hubs: ``t_c - t_k >= 1`` for every e-node
+    of ``c`` needing ``k`` (both in the SCC) when chosen (big-M ``n``: ``t_c - t_k - n x_i >= 1 - n``); columns
+    ``tvar[("t", c)]`` in [0, n]."""
+    big = float(len(members))
+    inside = set(members)
+    for c in members:
+        for i in vnodes[c]:
+            for k in kids[i]:
+                if k not in inside:
+                    continue
+                rows.extend([r, r])
+                cols.extend([tvar[("t", c)], tvar[("t", k)]])
+                vals.extend([1.0, -1.0])
+                if i in index:
+                    rows.append(r), cols.append(index[i]), vals.append(-big)
+                    lo.append(1.0 - big)
+                else:  # a fixed e-node: always chosen
+                    lo.append(1.0)
+                hi.append(np.inf)
+                r += 1
+    return r
+
+
+def order_values(kids: list, tvar: dict, start: list[int], used: set) -> dict[int, float]:
+    """Order variables that make the acyclic plan ``start`` satisfy :func:`order_rows`: one more than the largest
+    value among the chosen e-node's children in the SCC (0 for an unused class). Returns column -> value."""
+    tcls = {c for h, c in tvar if h == "t"}
+    t = {c: 0.0 for c in tcls}
+    done: set = set()
+    for c0 in tcls:
+        if c0 in done or c0 not in used:
+            continue
+        stack = [(c0, False)]
+        while stack:
+            c, post = stack.pop()
+            if post:
+                t[c] = 1.0 + max((t[k] for k in kids[start[c]] if k in tcls), default=-1.0)
+                continue
+            if c in done:
+                continue
+            done.add(c)
+            stack.append((c, True))
+            stack.extend((k, False) for k in kids[start[c]] if k in tcls and k not in done)
+    return {tvar[("t", c)]: v for c, v in t.items()}

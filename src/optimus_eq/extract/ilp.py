@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimus_eq.extract.cycles import feedback_classes, hub_rows, hub_values
+from optimus_eq.extract.cycles import MAX_HUBS, feedback_classes, hub_rows, hub_values, order_rows, order_values
 from optimus_eq.extract.prune import _components, _Prepared
 from optimus_eq.extract.tree import _Problem
 
@@ -158,8 +158,8 @@ class _ILP:
                         lo.append(-np.inf)
                         hi.append(1.0)
                         r += 1
-        ordered: set[int] = set()  # SCCs that got topological-order variables
-        tvar: dict[int, int] = {}   # class -> column of its order variable
+        ordered: set[int] = set()  # SCCs that got hub rows (or topological-order variables)
+        tvar: dict[tuple, int] = {}  # (hub, class) or ("t", class) -> column of its reach or order variable
         tub: list[float] = []
         deadline = time.perf_counter() + seconds
         pick: dict[int, int] = {c: vnodes[c][0] for c in group if fixed[c]}
@@ -170,12 +170,18 @@ class _ILP:
                 ordered.add(s)
                 members = [c for c in group if self.cyclic[c] and self.scc[c] == s]
                 hubs = feedback_classes(members, vnodes, kids)
-                for h in hubs:
+                if len(hubs) <= MAX_HUBS:
+                    for h in hubs:
+                        for c in members:
+                            if c != h:
+                                tvar[(h, c)] = nx + len(tvar)
+                                tub.append(1.0)
+                    r = hub_rows(kids, members, hubs, vnodes, index, tvar, rows, cols, vals, lo, hi, r)
+                else:  # rows per hub: many hubs cost more rows than one order variable per class
                     for c in members:
-                        if c != h:
-                            tvar[(h, c)] = nx + len(tvar)
-                            tub.append(1.0)
-                r = hub_rows(kids, members, hubs, vnodes, index, tvar, rows, cols, vals, lo, hi, r)
+                        tvar[("t", c)] = nx + len(tvar)
+                        tub.append(float(len(members)))
+                    r = order_rows(kids, members, vnodes, index, tvar, rows, cols, vals, lo, hi, r)
 
         if self.order_after == 0:
             order({self.scc[c] for c in group if self.cyclic[c]})
@@ -190,7 +196,9 @@ class _ILP:
                     if not fixed[c] and c in used:
                         x0[index[start[c]]] = 1.0
                 if tvar:
-                    x0[nx:] = hub_values(p.kids, tvar, start, used)
+                    for col, v in (*hub_values(p.kids, tvar, start, used).items(),
+                                   *order_values(p.kids, tvar, start, used).items()):
+                        x0[col] = v
             res = _milp(np.concatenate([cost, np.zeros(len(tvar))]), rows, cols, vals, lo, hi, nx,
                         np.concatenate([np.ones(nx), tub]), left, x0, lp_only)
             if isinstance(res, str):
