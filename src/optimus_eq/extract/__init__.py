@@ -56,15 +56,15 @@ The reduction, before any solver runs:
 
 Cycles that survive the pruning are ruled out in the first solve: two e-nodes that need each other's class are
 forbidden together (``x = cat([x, <empty>])``), and every cyclic strongly connected component gets *hub rows*
-(:meth:`.ilp._ILP._hub_rows`): a small feedback set of its classes (:func:`.ilp.feedback_classes`, greedy; every
+(:func:`.cycles.hub_rows`): a small feedback set of its classes (:func:`.cycles.feedback_classes`, greedy; every
 cycle passes through one) and per hub ``h`` and class ``c`` a reach variable ``d[h, c]`` in [0, 1], forced to 1
 back along chosen e-nodes that lead to ``h`` (``d[h, c] >= x_i + d[h, k] - 1``), with ``x_i + d[h, k] <= 1`` for
 the hub's own e-nodes. No big-M: the topological-order variables used before (``t_c >= t_k + 1 - n (1 - x_i)``,
 added after two rounds of lazy cuts) gave HiGHS a weak relaxation: DLRM's cat/narrow cycles (one 421-e-node
 component, 78 cyclic classes, one hub) took 0.57 s in that round and 0.04 s with hub rows; launch_bound's
-783-e-node component 3.2 s -> 0.34 s; its gpu preset's 3,041 e-nodes 0.7 s. An SCC whose feedback set has more than
-``cycles.MAX_HUBS`` (8) classes gets the order variables instead (hub rows grow with hubs x e-nodes). A plan that still cycles (with
-``ORDER_AFTER > 0``, tests) gets class-cycle cuts: at most ``m - 1`` of the cycle's ``m`` classes may choose an
+783-e-node component 3.2 s -> 0.34 s; its gpu preset's 3,041 e-nodes 0.7 s. An SCC whose feedback set has
+more than ``cycles.MAX_HUBS`` (8) classes gets the order variables instead (hub rows grow with hubs x e-nodes).
+A plan that still cycles (with ``ORDER_AFTER > 0``, tests) gets class-cycle cuts: at most ``m - 1`` of the cycle's ``m`` classes may choose an
 e-node that needs the next class (every e-node sequence through those classes at once). Cuts and hub rows forbid
 only cyclic plans, so the optimum over acyclic plans is kept.
 
