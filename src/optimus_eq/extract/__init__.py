@@ -65,8 +65,8 @@ component, 78 cyclic classes, one hub) took 0.57 s in that round and 0.04 s with
 783-e-node component 3.2 s -> 0.34 s; its gpu preset's 3,041 e-nodes 0.7 s. An SCC whose feedback set has
 more than ``cycles.MAX_HUBS`` (8) classes gets the order variables instead (hub rows grow with hubs x e-nodes).
 A plan that still cycles (with ``ORDER_AFTER > 0``, tests) gets class-cycle cuts: at most ``m - 1`` of the
-cycle's ``m`` classes may choose an e-node that needs the next class (every e-node sequence through those classes at once). Cuts and hub rows forbid
-only cyclic plans, so the optimum over acyclic plans is kept.
+cycle's ``m`` classes may choose an e-node that needs the next class (every e-node sequence through those
+classes at once). Cuts and hub rows forbid only cyclic plans, so the optimum over acyclic plans is kept.
 
 Measured (bench/results/extract_cpu.md): the fast plan equals the ILP optimum on every bench graph where the
 ILP finishes; where it does not (128 parallel branches x 2 layers: one component of 12k e-nodes, no optimum
