@@ -69,7 +69,8 @@ def run(models, sizes, modes, cost_models, dump=None, ilp_seconds=10.0):
                         with open(f"{dump}/{tag}.pkl", "wb") as fh:
                             pickle.dump((view, roots, forced, model, kw), fh)
                     st = r.extraction or {}
-                    yield {"case": tag, "cpu_s": round(cpu, 2), "extract_cpu_s": round(r.cpu_times.get("extract", 0), 2),
+                    yield {"case": tag, "cpu_s": round(cpu, 2),
+                           "extract_cpu_s": round(r.cpu_times.get("extract", 0), 2),
                            "cost": r.cost_after, "extractor": r.extractor, "note": r.extract_note,
                            "limits": list(r.limits), "largest_component": st.get("largest_component"),
                            "exact_s": round(st.get("exact_s", 0.0), 2)}

@@ -66,7 +66,8 @@ def test_hub_rows_and_lazy_cuts_reach_the_optimum(order_after, max_hubs, monkeyp
         g = random_egraph(random.Random(seed))
         opt, _ = brute_force(g)
         ex = g.extract("ilp")
-        if order_after == 99 and ex.method != "ilp" and "no choice" not in ex.note:  # cuts only may run out of rounds: the fast plan answers
+        if order_after == 99 and ex.method != "ilp" and "no choice" not in ex.note:
+            # cuts only may run out of rounds: the fast plan answers
             assert "cycle rounds exhausted" in ex.note and check_plan(g, ex) >= opt - 1e-9
             continue
         assert check_plan(g, ex) == pytest.approx(opt, abs=1e-6), (seed, ex.note)

@@ -3,7 +3,8 @@
 Modules, one job each: :mod:`.view` (read the e-graph: :class:`EGraphView`), :mod:`.plan` (a plan's DAG cost
 and cycles, :class:`Extraction`, :func:`input_cost`), :mod:`.tree` (the e-graph as dense integers and the
 tree-cost extractor), :mod:`.prune` (pruning, reachability, strongly connected components), :mod:`.bound` (a
-lower bound per component), :mod:`.ilp` (the ILP with cycle cuts), :mod:`.cycles` (its hub rows), :mod:`.refine` (local search), :mod:`.driver` (the :func:`extract` entry).
+lower bound per component), :mod:`.ilp` (the ILP with cycle cuts), :mod:`.cycles` (its hub rows), :mod:`.refine`
+(local search), :mod:`.driver` (the :func:`extract` entry).
 
 One entry point, :func:`extract`, with three methods:
 
