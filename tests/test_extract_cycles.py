@@ -112,6 +112,7 @@ def test_a_batch_with_a_fractional_relaxation_is_split(monkeypatch):
     ex = g.extract("auto")
     st = ex.stats
     assert st["exact_split"] >= 1 and True in calls and False in calls
+    assert "fractional LP relaxation halved" in ex.note
     assert st["exact_components"] + len(st["exact_failed"]) == st["components"]
     assert not st["exact_failed"] and st["exact_optimal"] == st["exact_components"]
     assert check_plan(g, ex) == pytest.approx(opt, abs=1e-6)

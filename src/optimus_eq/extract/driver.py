@@ -317,6 +317,8 @@ def _exact(p, prep, method, ilp_max_nodes, max_rounds, end, fast, used, pick, st
         worst = max(fast_gaps)
         notes.append("fast plan within " + (f"{100 * worst:.2g}%" if worst < float("inf") else "an unknown gap")
                      + " of the optimum on the components over the limit (lower bound)")
+    if split:
+        notes.append(f"{split} batches with a fractional LP relaxation halved (their components solved apart)")
     if solved:
         notes.append(f"exact: {solved}/{len(groups)} components ({stats['exact_distinct']} distinct, up to "
                      f"{max(n for n, _ in firsts)} e-nodes), {optimal} proven optimal, {improved} improved on the "
