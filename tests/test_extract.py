@@ -332,13 +332,28 @@ def test_local_search_plans_are_valid(seed):
 
 
 @pytest.mark.parametrize("k", [2, 3, 5])
-def test_ilp_cuts_cycles_that_pruning_keeps(k):
+def test_ilp_cuts_cycles_that_pruning_keeps(k, monkeypatch):
     """k classes, each a leaf (cost 10) or a Unary of any other class (cost 1). Every class has an acyclic
     derivation, so pruning keeps every cycle, and the cheapest relaxation is a cycle cover: the ILP must
-    cut cycles (2-cycles up front, longer ones lazily, then with order variables from round 3). The acyclic
-    plans are the rooted spanning forests of the complete digraph, (k + 1) ** (k - 1) of them (Cayley); the
-    best is one leaf and k - 1 ops.
+    cut cycles (2-cycles up front; longer ones lazily, class cycle by class cycle, then with hub rows from
+    round ``ORDER_AFTER``). The acyclic plans are the rooted spanning forests of the complete digraph,
+    (k + 1) ** (k - 1) of them (Cayley); the best is one leaf and k - 1 ops. The default (hub rows in the
+    first solve) needs one round; the lazy path is checked with hub rows from round 3.
     """
+    from optimus_eq.extract import ilp
+
+    if k > 2:
+        g = SynthEGraph()
+        classes = [g.eclass() for _ in range(k)]
+        for c in classes:
+            g.node(c, "Leaf", [], 10)
+            for d in classes:
+                if d != c:
+                    g.node(c, "Unary", [d], 1)
+        g.roots = classes
+        ex = g.extract("ilp")
+        assert check_plan(g, ex) == 10 + k - 1 and ex.method == "ilp" and ex.ilp_rounds == 1
+    monkeypatch.setattr(ilp, "ORDER_AFTER", 3)
     g = SynthEGraph()
     classes = [g.eclass() for _ in range(k)]
     for c in classes:
@@ -364,6 +379,8 @@ def test_ilp_cuts_cycles_that_pruning_keeps(k):
 def test_random_sample_covers_the_hard_cases():
     """The seeds above hold what the tests are for: cyclic and infeasible e-graphs, forced e-nodes, plans
     where sharing makes the tree extractor lose and where the local search recovers some of it."""
+    from optimus_eq.extract import ilp as ilp_module
+
     seen = defaultdict(int)
     for seed in SEEDS:
         g = random_egraph(random.Random(seed))
@@ -381,7 +398,9 @@ def test_random_sample_covers_the_hard_cases():
         seen["tree loses"] += tree > opt + 1e-9
         seen["refine gains"] += refined < tree - 1e-9
         seen["refine optimal where tree is not"] += tree > opt + 1e-9 and refined <= opt + 1e-9
-        seen["ilp cut a cycle"] += g.extract("ilp").ilp_rounds >= 2
+        with pytest.MonkeyPatch.context() as mp:  # lazy cuts (the default puts hub rows in the first solve)
+            mp.setattr(ilp_module, "ORDER_AFTER", 3)
+            seen["ilp cut a cycle"] += g.extract("ilp").ilp_rounds >= 2
     least = {"self-loop": 100, "cycle of 2+ classes": 100, "forced": 40, "infeasible": 30, "several plans": 70,
              "tree loses": 20, "refine gains": 20, "refine optimal where tree is not": 20, "ilp cut a cycle": 3}
     for what, n in least.items():

@@ -57,7 +57,7 @@ def optimize(
     extractor: str = "auto",
     cost_model: GPUCostModel | None = None,
     ilp_seconds: float = 10.0,
-    ilp_max_nodes: int = 2_000,
+    ilp_max_nodes: int = 4_000,
     registry: PatternRegistry = DEFAULT_REGISTRY,
     strategy_options: dict | None = None,
     level: str | None = None,

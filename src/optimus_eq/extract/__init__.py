@@ -3,7 +3,8 @@
 Modules, one job each: :mod:`.view` (read the e-graph: :class:`EGraphView`), :mod:`.plan` (a plan's DAG cost
 and cycles, :class:`Extraction`, :func:`input_cost`), :mod:`.tree` (the e-graph as dense integers and the
 tree-cost extractor), :mod:`.prune` (pruning, reachability, strongly connected components), :mod:`.bound` (a
-lower bound per component), :mod:`.ilp` (the ILP with cycle cuts), :mod:`.refine` (local search), :mod:`.driver` (the :func:`extract` entry).
+lower bound per component), :mod:`.ilp` (the ILP with cycle cuts), :mod:`.cycles` (its hub rows), :mod:`.refine`
+(local search), :mod:`.driver` (the :func:`extract` entry).
 
 One entry point, :func:`extract`, with three methods:
 
@@ -22,16 +23,19 @@ One entry point, :func:`extract`, with three methods:
      with one possible e-node that every plan needs are fixed, and the rest falls apart into independent
      components (below). A component whose fast plan meets its lower bound (:mod:`.bound`: each class's
      cost shared among the classes that may use it) is proven optimal there and solved no further. Each
-     other component of at most ``ilp_max_nodes`` e-nodes (2,000) goes to the DAG-aware
+     other component of at most ``ilp_max_nodes`` e-nodes (4,000) goes to the DAG-aware
      0-1 ILP (HiGHS, the solver inside scipy: one binary per e-node, each root class covered, a chosen e-node
      requires one chosen e-node in each child class; a shared e-node is paid once; TENSAT, MLSys 2021),
-     warm-started from the fast plan, with a time budget of 0.05 s plus 0.5 ms per e-node. The ILP's plan
+     warm-started from the fast plan, with a time budget of 0.05 s plus 1 ms per e-node. The ILP's plan
      replaces the fast plan on the component when it is acyclic and no dearer; a solve that stops at its
      budget gives its incumbent (never dearer than the warm start) and its gap; a solve that gives nothing
      leaves the fast plan. Larger components keep the fast plan.
 * ``"ilp"``: the same, with every component solved exactly, each with the whole remaining budget.
 
-Components are solved in order of size, small ones several at a time (up to 1,500 e-nodes per HiGHS call).
+Components are solved in order of size, small ones several at a time (up to 1,500 e-nodes per HiGHS call);
+a batch whose LP relaxation is fractional is halved, down to single components, each then solved with the MIP
+(HiGHS's branch and bound on a batch of independent components took 5x the sum of their separate solves on
+DLRM, and stopped at its budget).
 Costs of independent components add up, so keeping the cheaper plan per component is exact. A ``deadline``
 (the caller's whole-call limit, ``Limits.seconds``) stops the exact part: components it leaves keep the fast
 plan. ``Extraction.stats`` says how the plan was found.
@@ -51,12 +55,19 @@ The reduction, before any solver runs:
    that every cycle lies inside one component). LP relaxation first: when it is integral it is the ILP's
    optimum (4x faster than the MIP solver, which runs only when it is not).
 
-Cycles that survive the pruning are cut: two e-nodes that need each other's class are forbidden together
-before the first solve (``x = cat([x, <empty>])``: most of the cycles the pruning keeps); longer ones lazily:
-solve, find EVERY cycle of the chosen plan (each back edge of one depth-first search), forbid each one,
-solve again; a strongly connected component that keeps producing cycles gets topological-order variables
-(``t_c >= t_k + 1`` whenever a chosen e-node of ``c`` needs ``k``), which rule out all of its cycles at once.
-Cuts forbid only cyclic plans, so the optimum over acyclic plans is kept.
+Cycles that survive the pruning are ruled out in the first solve: two e-nodes that need each other's class are
+forbidden together (``x = cat([x, <empty>])``), and every cyclic strongly connected component gets *hub rows*
+(:func:`.cycles.hub_rows`): a small feedback set of its classes (:func:`.cycles.feedback_classes`, greedy; every
+cycle passes through one) and per hub ``h`` and class ``c`` a reach variable ``d[h, c]`` in [0, 1], forced to 1
+back along chosen e-nodes that lead to ``h`` (``d[h, c] >= x_i + d[h, k] - 1``), with ``x_i + d[h, k] <= 1`` for
+the hub's own e-nodes. No big-M: the topological-order variables used before (``t_c >= t_k + 1 - n (1 - x_i)``,
+added after two rounds of lazy cuts) gave HiGHS a weak relaxation: DLRM's cat/narrow cycles (one 421-e-node
+component, 78 cyclic classes, one hub) took 0.57 s in that round and 0.04 s with hub rows; launch_bound's
+783-e-node component 3.2 s -> 0.34 s; its gpu preset's 3,041 e-nodes 0.7 s. An SCC whose feedback set has
+more than ``cycles.MAX_HUBS`` (8) classes gets the order variables instead (hub rows grow with hubs x e-nodes).
+A plan that still cycles (with ``ORDER_AFTER > 0``, tests) gets class-cycle cuts: at most ``m - 1`` of the
+cycle's ``m`` classes may choose an e-node that needs the next class (every e-node sequence through those
+classes at once). Cuts and hub rows forbid only cyclic plans, so the optimum over acyclic plans is kept.
 
 Measured (bench/results/extract_cpu.md): the fast plan equals the ILP optimum on every bench graph where the
 ILP finishes; where it does not (128 parallel branches x 2 layers: one component of 12k e-nodes, no optimum
