@@ -74,6 +74,25 @@ class Member:
     eager_contiguous: bool = True
 
 
+class _Overlap:
+    """The groups one :meth:`PlanGraph.groups` call yielded with ``overlap``: which of them holds each member."""
+
+    def __init__(self) -> None:
+        self.group_of: dict = {}   # member class -> sizes of the groups of this call that hold it
+
+    def wider(self, classes) -> bool:
+        """Whether ``classes`` (a group or a candidate list) is larger than every group of this call that shares a
+        member with it: an alternative none of them gives (a superset, not a re-split of one)."""
+        n = len(set(classes))
+        return all(size < n for c in classes for size in self.group_of.get(c, ()))
+
+    def add(self, classes) -> None:
+        """Record a yielded group."""
+        n = len(classes)
+        for c in classes:
+            self.group_of.setdefault(c, []).append(n)
+
+
 def _target_text(target) -> str:
     if isinstance(target, str):
         return target
@@ -485,12 +504,14 @@ class PlanGraph(PlanAlternatives, PlanOrder):
             anc = self._ancestor_bits(remaining, pos)
             return remaining, [anc[c] for c in remaining]
 
+        # (overlap) the list meets a group yielded earlier in this call: its wider subsets are walked after
+        met = made is not None and any(c in made.group_of for c in cands)
         for subset in greedy_subsets(cands, options, walk, fused):  # the groups without overlap, as before
             if made is not None:
                 made.add(subset)
             yield [self.member(c) for c in subset]
-        if made is None or not made.wider(cands):
-            return  # (overlap) every subset of the list is within one group already offered
+        if not met or not made.wider(cands):
+            return  # every subset of the list is within one group already offered
         for subset in greedy_subsets(cands, options, walk):  # ``cands`` holds no member of an earlier call
             if made.wider(subset):
                 made.add(subset)
@@ -498,22 +519,3 @@ class PlanGraph(PlanAlternatives, PlanOrder):
 
     # -- topological positions, kept up to date as fused ops are added ----------------------------------
 
-
-class _Overlap:
-    """The groups one :meth:`PlanGraph.groups` call yielded with ``overlap``: which of them holds each member."""
-
-    def __init__(self) -> None:
-        self.group_of: dict = {}   # member class -> sizes of the groups of this call that hold it
-        self.groups: set = set()   # frozensets of member classes
-
-    def wider(self, classes) -> bool:
-        """Whether ``classes`` (a group or a candidate list) is larger than every group of this call that shares a
-        member with it, and is not one of them: an alternative none of them gives."""
-        n = len(set(classes))
-        return all(size < n for c in classes for size in self.group_of.get(c, ()))
-
-    def add(self, classes) -> None:
-        """Record a yielded group."""
-        n = len(classes)
-        for c in classes:
-            self.group_of.setdefault(c, []).append(n)
