@@ -124,9 +124,9 @@ def _under_accumulate_grad(e) -> bool:
 def test_a_weight_cat_priced_free_is_free_in_a_compiled_training_step(pack, no_compile_cache):
     """The CUDA-graph model with packed parameters prices the cross net's weight cats (one wide GEMM over the
     expert and gate weights of unequal widths, ``[260, 415]`` of ``[1, 415]`` and ``[64, 415]`` pieces) as views.
-    Through the backend in training (Inductor on CPU) that holds: the forward graph Inductor compiles has no cat of parameters, the
-    backward makes no copy under AccumulateGrad, and each weight's gradient, a slice of one buffer, equals
-    eager's. Without packing the cat is in the graph (the case a free price would misjudge)."""
+    Through the backend in training (Inductor on CPU) that holds: the forward graph Inductor compiles has no cat
+    of parameters, the backward makes no copy under AccumulateGrad, and each weight's gradient, a slice of one
+    buffer, equals eager's. Without packing the cat is in the graph (the case a free price would misjudge)."""
     import torch._inductor.compile_fx as cfx
     from torch.profiler import ProfilerActivity, profile
 
