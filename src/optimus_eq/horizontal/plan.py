@@ -363,9 +363,9 @@ class PlanGraph(PlanAlternatives, PlanOrder):
         ``shared_input``: the pattern's flags (:class:`optimus_eq.registry.HorizontalPattern`).
 
         ``overlap`` (a non-destructive round: each group is only an alternative): members of the groups this
-        call yielded stay candidates of later lists, and a later subset is yielded when it is larger than
-        every group of this call it shares a member with (:class:`_Overlap`): the union of two groups is offered
-        too, so extraction can choose greedy's wider group (issue 15: DLRM's gates, N 1, are found together by
+        call yielded stay candidates of later lists; a list's subsets without them are yielded as before, then
+        its subsets larger than every group of this call they share a member with (:class:`_Overlap`): the union
+        of two groups is offered too, so extraction can choose greedy's wider group (issue 15: DLRM's gates, N 1, are found together by
         the search from their stack, its ``V`` linears, N 64, by their shared input; greedy's minimum of 5 keeps
         the 4 gates apart and fuses all 8 as one linear of N 260). Without it (greedy) a fused member is gone."""
         depth = options["max_fuse_search_depth"]
@@ -512,7 +512,7 @@ class PlanGraph(PlanAlternatives, PlanOrder):
             yield [self.member(c) for c in subset]
         if not met or not made.wider(cands):
             return  # every subset of the list is within one group already offered
-        for subset in greedy_subsets(cands, options, walk):  # ``cands`` holds no member of an earlier call
+        for subset in greedy_subsets(cands, options, walk):  # no member of another pattern's call: ``skip``
             if made.wider(subset):
                 made.add(subset)
                 yield [self.member(c) for c in subset]
