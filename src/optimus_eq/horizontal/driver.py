@@ -179,7 +179,7 @@ def fuse_round(egraph, patterns: Sequence, ctx: HorizontalContext, destructive: 
                 opts["min_fuse_set_size"] = min(opts["min_fuse_set_size"], COST_DECIDED_MIN_FUSE_SET_SIZE)
             if "max_fuse_set_size" not in given:
                 opts["max_fuse_set_size"] = max(opts["max_fuse_set_size"], COST_DECIDED_MAX_FUSE_SET_SIZE)
-        for members in plan.groups(p.group_key, opts, fused, **flags):
+        for members in plan.groups(p.group_key, opts, fused, overlap=not destructive, **flags):
             if alternatives and not plan.worth_adding(members):
                 continue
             joined, ops = len(writer.rows["UnionIn"]), {r: len(writer.rows[r]) for r in _OP_RELATIONS}

@@ -74,6 +74,25 @@ class Member:
     eager_contiguous: bool = True
 
 
+class _Overlap:
+    """The groups one :meth:`PlanGraph.groups` call yielded with ``overlap``: which of them holds each member."""
+
+    def __init__(self) -> None:
+        self.group_of: dict = {}   # member class -> sizes of the groups of this call that hold it
+
+    def wider(self, classes) -> bool:
+        """Whether ``classes`` (a group or a candidate list) is larger than every group of this call that shares a
+        member with it: an alternative none of them gives (a superset, not a re-split of one)."""
+        n = len(set(classes))
+        return all(size < n for c in classes for size in self.group_of.get(c, ()))
+
+    def add(self, classes) -> None:
+        """Record a yielded group."""
+        n = len(classes)
+        for c in classes:
+            self.group_of.setdefault(c, []).append(n)
+
+
 def _target_text(target) -> str:
     if isinstance(target, str):
         return target
@@ -337,12 +356,24 @@ class PlanGraph(PlanAlternatives, PlanOrder):
         return self._op_classes
 
     def groups(self, group_key: Callable, options: dict, fused: set, *, any_strides: bool = False,
-               wants_options: bool = False, shared_input: bool = False) -> Iterator[list[Member]]:
+               wants_options: bool = False, shared_input: bool = False,
+               overlap: bool = False) -> Iterator[list[Member]]:
         """Yield groups to fuse, Optimus' way (module docstring). The caller must call :meth:`fused_op`
         for each group it fuses before asking for the next one. ``any_strides``, ``wants_options``,
-        ``shared_input``: the pattern's flags (:class:`optimus_eq.registry.HorizontalPattern`)."""
+        ``shared_input``: the pattern's flags (:class:`optimus_eq.registry.HorizontalPattern`).
+
+        ``overlap`` (a non-destructive round: each group is only an alternative): members of the groups this
+        call yielded stay candidates of later lists; a list's subsets without them are yielded as before, then
+        its subsets larger than every group of this call they share a member with (:class:`_Overlap`): the union
+        of two groups is offered too, so extraction can choose greedy's wider group (issue 15: DLRM's gates, N 1,
+        are found together by the search from their stack, its ``V`` linears, N 64, by their shared input; greedy's
+        minimum of 5 keeps the 4 gates apart and fuses all 8 as one linear of N 260). Without it (greedy) a fused
+        member is gone."""
         depth = options["max_fuse_search_depth"]
         lo = options["min_fuse_set_size"]
+        # what a later candidate list leaves out: every fused member, or (overlap) those fused before this call
+        skip = frozenset(fused) if overlap else fused
+        made = _Overlap() if overlap else None
         # the group key of every op that has one; the rest (views, lists, opaque ops, ops of other patterns,
         # keys of None) are absent: not candidates, and the search goes past them
         keys: dict = {}
@@ -415,7 +446,7 @@ class PlanGraph(PlanAlternatives, PlanOrder):
                 go_on = depth is None or d < depth
                 last = depth is not None and d + 1 == depth  # the inputs found now end the search
                 for c in level:
-                    if c in fused:
+                    if c in skip:
                         continue
                     k = keys.get(c)
                     if k is not None:
@@ -431,7 +462,7 @@ class PlanGraph(PlanAlternatives, PlanOrder):
                         for kp, p in ins:
                             if p not in seen:
                                 seen.add(p)
-                                if p not in fused:
+                                if p not in skip:
                                     tail.append((kp, p))
                     elif go_on:
                         for p in pred[c]:
@@ -445,7 +476,7 @@ class PlanGraph(PlanAlternatives, PlanOrder):
             for k, cands in found.items():
                 if len(cands) < lo or (self.alternatives and lo > 1 and not self.worth_adding(cands)):
                     continue
-                yield from self._independent_subsets(cands, options, fused)
+                yield from self._independent_subsets(cands, options, fused, made)
         if shared_input:
             # the key names the one input all members read (the linears of one input): its members are found by
             # that input, wherever their users join. The search over inputs stops at every match, so
@@ -455,15 +486,18 @@ class PlanGraph(PlanAlternatives, PlanOrder):
             by_key: dict = {}
             for c in self._seq:
                 k = keys.get(c)
-                if k in viable and c not in fused:
+                if k in viable and c not in skip:
                     by_key.setdefault(k, []).append(c)
             for cands in by_key.values():
                 if len(cands) >= lo and not (self.alternatives and lo > 1 and not self.worth_adding(cands)):
-                    yield from self._independent_subsets(cands, options, fused)
+                    yield from self._independent_subsets(cands, options, fused, made)
 
-    def _independent_subsets(self, cands: list, options: dict, fused: set) -> Iterator[list[Member]]:
+    def _independent_subsets(self, cands: list, options: dict, fused: set,
+                             made: "_Overlap | None" = None) -> Iterator[list[Member]]:
         """Greedy independent subsets (:func:`.subsets.greedy_subsets`) of ``cands``, walked in topological
-        order; the caller adds each yielded subset's fused op to the graph before the next round."""
+        order; the caller adds each yielded subset's fused op to the graph before the next round. With ``made``
+        (:meth:`groups`' ``overlap``), after those subsets, the list's subsets with members of groups yielded
+        earlier in the call that ``made`` accepts (wider than every such group they meet)."""
 
         def walk(remaining: list) -> tuple[list, list[int]]:
             pos = self._positions()
@@ -471,7 +505,18 @@ class PlanGraph(PlanAlternatives, PlanOrder):
             anc = self._ancestor_bits(remaining, pos)
             return remaining, [anc[c] for c in remaining]
 
-        for subset in greedy_subsets(cands, options, walk, fused):
+        # (overlap) the list meets a group yielded earlier in this call: its wider subsets are walked after
+        met = made is not None and any(c in made.group_of for c in cands)
+        for subset in greedy_subsets(cands, options, walk, fused):  # the groups without overlap, as before
+            if made is not None:
+                made.add(subset)
             yield [self.member(c) for c in subset]
+        if not met or not made.wider(cands):
+            return  # every subset of the list is within one group already offered
+        for subset in greedy_subsets(cands, options, walk):  # no member of another pattern's call: ``skip``
+            if made.wider(subset):
+                made.add(subset)
+                yield [self.member(c) for c in subset]
 
     # -- topological positions, kept up to date as fused ops are added ----------------------------------
+
