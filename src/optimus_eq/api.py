@@ -423,7 +423,7 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
     report.patterns_fired.update(groups_in_plan(hctx.groups, view.node_of, view.nodes, ex.choice))
     # the plan that keeps every original term (each FX node's term paid once), in the same cost model
     report.cost_before = input_cost(tr.rows, [tr.node_id[n] for n in dict.fromkeys(tr.roots)], tr.opaque_keys,
-                                    cost_model, gradients, op_kinds(tr.recipes))
+                                    cost_model, gradients, op_kinds(tr.recipes), packable)
     report.extractor, report.extract_note, report.cost_after = ex.method, ex.note, ex.dag_cost
     report.extraction = dict(ex.stats)
     report.limits.extend(_extraction_limits(ex.stats, ilp_max_nodes, ilp_seconds))

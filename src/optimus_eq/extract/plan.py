@@ -114,7 +114,7 @@ def find_cycle(view: EGraphView, roots: list, choice: dict) -> list | None:
 
 
 def input_cost(rows: dict, root_ids: list[int], opaque_keys, model: GPUCostModel | None = None,
-               gradients=None, kinds: dict | None = None) -> float:
+               gradients=None, kinds: dict | None = None, packable=frozenset()) -> float:
     """The cost model's estimate of the input graph: the DAG cost of the terms the translator inserted.
 
     ``rows`` are the translator's insertion rows (``optimus_bridge.translate.Translation.rows``: one relation
@@ -127,9 +127,12 @@ def input_cost(rows: dict, root_ids: list[int], opaque_keys, model: GPUCostModel
     the backward is added as :func:`optimus_eq.extract.grad.training_costs` adds it to e-nodes. With
     ``kinds`` (:func:`optimus_eq.extract.fusion.op_kinds`) and a model that credits fusion, a term is fused
     by the rule of :func:`optimus_eq.extract.fusion.fused_nodes`, each term being its own e-class.
+    With ``packable`` (:func:`optimus_eq.extract.grad.packable_leaves`: parameter leaf term ids) and a model
+    with ``packed_parameters``, a ``Cat`` of them (or of their ``Unsqueeze(p, 0)``) along dim 0 costs
+    ``view_us``, forward and backward, by the rule of :func:`optimus_eq.extract.grad.packed_cats`.
     """
     with no_gc():
-        return _input_cost(rows, root_ids, opaque_keys, model or GPUCostModel(), gradients, kinds)
+        return _input_cost(rows, root_ids, opaque_keys, model or GPUCostModel(), gradients, kinds, packable)
 
 
 def _fused_terms(terms: dict, keys: dict, kinds: dict, size: dict) -> dict:
@@ -152,8 +155,24 @@ def _fused_terms(terms: dict, keys: dict, kinds: dict, size: dict) -> dict:
     return out
 
 
+def _packed_terms(rows: dict, lists: dict, cons_dim: dict, packable) -> set:
+    """Ids of the ``Cat`` terms that :func:`optimus_eq.extract.grad.packed_cats` would price as packed."""
+    unsq = {row[0]: (row[1], row[2]) for row in rows.get("UnsqueezeIn", ())}
+    out = set()
+    for tid, lid in rows.get("CatIn", ()):
+        members = []
+        while lid in lists:
+            members.append((cons_dim[lid], lists[lid][0]))
+            lid = lists[lid][1]
+        if len(members) >= 2 and all(d == 0 and (x in packable or (x in unsq and unsq[x][1] == 0
+                                                                    and unsq[x][0] in packable))
+                                     for d, x in members):
+            out.add(tid)
+    return out
+
+
 def _input_cost(rows: dict, root_ids: list[int], opaque_keys, model: GPUCostModel, gradients=None,
-                kinds: dict | None = None) -> float:
+                kinds: dict | None = None, packable=frozenset()) -> float:
     shape_of_vec = {}
     for rel, table in rows.items():
         if rel.startswith("Vec") and rel.endswith("In"):
@@ -204,6 +223,8 @@ def _input_cost(rows: dict, root_ids: list[int], opaque_keys, model: GPUCostMode
     if getattr(kinds, "gemms", None) and getattr(model, "gemm_flops", False):
         gemms = {tid: kinds.gemms[k] for tid, k, _ in rows.get("ApplyIn", ())
                  if k in kinds.gemms and not terms[tid][3]}
+    packed = _packed_terms(rows, lists, cons_dim, packable) if packable and getattr(
+        model, "packed_parameters", False) else set()
     seen: set[int] = set()
     stack = [r for r in root_ids if r in terms]
     total = 0.0
@@ -214,6 +235,10 @@ def _input_cost(rows: dict, root_ids: list[int], opaque_keys, model: GPUCostMode
             continue
         seen.add(tid)
         op, kids, ins, opaque = terms[tid]
+        if tid in packed:  # a view of the packed buffer (EGraphView.assign_costs overrides it last)
+            total += model.view_us
+            stack.extend(k for k in kids if k in terms and k not in seen)
+            continue
         if tid in fused:
             total += model.fused_cost(size.get(tid), [size.get(k) for k in fused[tid]])
             stack.extend(k for k in kids if k in terms and k not in seen)
@@ -227,15 +252,16 @@ def _input_cost(rows: dict, root_ids: list[int], opaque_keys, model: GPUCostMode
         total += cost
         stack.extend(k for k in kids if k in terms and k not in seen)
     if gradients and getattr(model, "training", False):
-        total += _input_backward(rows, terms, seen, shapes, size, shape_of_vec, cat_dims, gradients, model, fused,
-                                 gemms)
+        total += _input_backward(rows, terms, seen - packed, shapes, size, shape_of_vec, cat_dims, gradients, model, fused,
+                                 gemms, packed)
     return total
 
 
 def _input_backward(rows, terms, seen, shapes, size, shape_of_vec, cat_dims, gradients, model, fused,
-                    gemms=None) -> float:
+                    gemms=None, packed=frozenset()) -> float:
     """The backward's cost of the input graph's terms (``seen``), priced as
-    :func:`optimus_eq.extract.grad.training_costs` prices e-nodes."""
+    :func:`optimus_eq.extract.grad.training_costs` prices e-nodes; a ``packed`` Cat (priced whole as a view,
+    as ``EGraphView.assign_costs`` overrides it) adds no transposed-gradient copies."""
     perms = {row[0]: shape_of_vec.get(row[2]) for row in rows.get("PermuteIn", ())}
     unsq = {row[0]: (row[1], row[2]) for row in rows.get("UnsqueezeIn", ())}
     grad = set(gradients.requires_grad) & set(terms)
@@ -262,7 +288,8 @@ def _input_backward(rows, terms, seen, shapes, size, shape_of_vec, cat_dims, gra
         else:
             total += model.backward_cost(op, size.get(tid), [size.get(k) for k in kids],
                                          sum(1 for k in kids if k in grad), False)
-        if op == "Permute" and kids and terms.get(kids[0], ("",))[0] == "Cat" and len(cat_dims[kids[0]]) == 1:
+        if (op == "Permute" and kids and terms.get(kids[0], ("",))[0] == "Cat" and len(cat_dims[kids[0]]) == 1
+                and kids[0] not in packed):
             members = [unsq.get(e) for e in terms[kids[0]][1]]
             dim = next(iter(cat_dims[kids[0]]))
             if (members and all(m is not None and m[1] == dim and m[0] in gradients.params for m in members)
