@@ -184,7 +184,8 @@ def test_backend_keeps_dynamo_metadata_for_static_inputs(monkeypatch):
     with torch.no_grad():
         torch.compile(case.model, backend=optimus_eq.backend(strategy="eqsat"))(*case.inputs)
     (gm,) = seen
-    assert optimus_eq.last_reports[-1].nodes_after < optimus_eq.last_reports[-1].nodes_before  # it was rewritten
+    fired = optimus_eq.last_reports[-1].patterns_fired
+    assert set(fired) - {"normalization_pass"}, fired  # it was rewritten (more than canonical spellings)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     assert "dynamo_compile_id" in gm.meta and hasattr(gm, "_param_name_to_source")
     assert all(hasattr(n, "_dynamo_source") for n in placeholders)
