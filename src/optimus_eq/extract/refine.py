@@ -7,6 +7,7 @@ move that alone costs a little and then switch the used classes that can read wh
 from __future__ import annotations
 
 import time
+from collections import deque
 
 import numpy as np
 
@@ -251,11 +252,12 @@ def _refine(p: _Problem, pick: list[int], rroots: list[int], prep: _Prepared, de
             delta += switch(q, i, True)
         if switched:
             # classes the first step uses (acquired), and unused classes whose chosen e-node reads one
-            frontier = list(dict.fromkeys(x for x, d in undo if d == -1 and refs[x] > 0))
+            # (in the order acquired: nearest the switched classes first; a view found is followed next)
+            frontier = deque(dict.fromkeys(x for x, d in undo if d == -1 and refs[x] > 0))
             seen = set(frontier)
             n = 0
             while frontier and n < COMPOUND_MAX_CLASSES:
-                x = frontier.pop()
+                x = frontier.popleft()
                 n += 1
                 alt: dict[int, int] = {}
                 for i in user_nodes[user_ptr[x]:user_ptr[x + 1]].tolist():
@@ -263,7 +265,7 @@ def _refine(p: _Problem, pick: list[int], rroots: list[int], prep: _Prepared, de
                     if refs[q] == 0:
                         if pick[q] == i and q not in seen:
                             seen.add(q)
-                            frontier.append(q)
+                            frontier.appendleft(q)
                     elif pick[q] != i and (q not in alt or cost[i] < cost[alt[q]]):
                         alt[q] = i
                 for q, i in alt.items():
