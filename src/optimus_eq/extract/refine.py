@@ -1,11 +1,13 @@
 """DAG-aware local search that improves a plan (for components over ``ilp_max_nodes``, or when the ILP
 fails or runs out of time): re-choose one class, switch every user of one shared class at once, or (when
-neither helps) stop using one shared kernel by switching all its readers at once (``drop``).
+neither helps) stop using one shared kernel by switching all its readers at once (``drop``), or make a group
+move that alone costs a little and then switch the used classes that can read what it newly uses (``compound``).
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 
 import numpy as np
 
@@ -17,6 +19,8 @@ from optimus_eq.extract.tree import _Problem
 DROP_MIN_COST = 1.0
 #: ... and gives up when leaving one kernel would mean dropping more than this many classes.
 DROP_MAX_CLASSES = 16
+#: The compound move follows up at most this many classes that its first step newly uses (or views of them).
+COMPOUND_MAX_CLASSES = 64
 
 
 def _refine(p: _Problem, pick: list[int], rroots: list[int], prep: _Prepared, deadline: float,
@@ -205,6 +209,77 @@ def _refine(p: _Problem, pick: list[int], rroots: list[int], prep: _Prepared, de
             pick[q] = cur
         return False
 
+    def compound(s: int) -> bool:
+        """Two moves as one: switch the used classes that have an e-node reading the unused class ``s`` to it
+        (members that change nothing alone are kept too), then every used class with an unchosen e-node that
+        reads a class this first step newly uses (or an unused class whose chosen e-node reads one: a view of
+        a new GEMM) switches to the cheapest such e-node when that lowers the cost; kept if the whole lowers
+        the DAG cost. The union of a horizontal round's groups needs it: moving the ``V`` linears to the
+        union's narrows costs a little, and only then can the gates leave their own group GEMM. Work: the
+        classes acquired and released (the affected sub-DAG) and their readers, at most
+        ``COMPOUND_MAX_CLASSES`` classes followed up."""
+        best: dict[int, int] = {}
+        for i in user_nodes[user_ptr[s]:user_ptr[s + 1]].tolist():
+            q = ncls[i]
+            if refs[q] > 0 and pick[q] != i and (q not in best or cost[i] < cost[best[q]]):
+                best[q] = i
+        if not best:
+            return False
+        undo: list = []
+        switched: list[tuple[int, int]] = []
+
+        def switch(q: int, i: int, keep_zero: bool) -> float:
+            cur = pick[q]
+            if cyclic[q] and reaches(kids[i], q):
+                return 0.0
+            mark = len(undo)
+            d = cost[i] - cost[cur]
+            for k in kids[i]:
+                d += acquire(k, undo)
+            for k in kids[cur]:
+                d -= release(k, undo)
+            if d < -1e-9 or (keep_zero and d <= 1e-9):
+                pick[q] = i
+                switched.append((q, cur))
+                return d
+            for x, dd in reversed(undo[mark:]):
+                refs[x] += dd
+            del undo[mark:]
+            return 0.0
+
+        delta = acquire(s, undo)  # a temporary reference: s is paid once, up front
+        for q, i in best.items():
+            delta += switch(q, i, True)
+        if switched:
+            # classes the first step uses (acquired), and unused classes whose chosen e-node reads one
+            # (in the order acquired: nearest the switched classes first; a view found is followed next)
+            frontier = deque(dict.fromkeys(x for x, d in undo if d == -1 and refs[x] > 0))
+            seen = set(frontier)
+            n = 0
+            while frontier and n < COMPOUND_MAX_CLASSES:
+                x = frontier.popleft()
+                n += 1
+                alt: dict[int, int] = {}
+                for i in user_nodes[user_ptr[x]:user_ptr[x + 1]].tolist():
+                    q = ncls[i]
+                    if refs[q] == 0:
+                        if pick[q] == i and q not in seen:
+                            seen.add(q)
+                            frontier.appendleft(q)
+                    elif pick[q] != i and (q not in alt or cost[i] < cost[alt[q]]):
+                        alt[q] = i
+                for q, i in alt.items():
+                    if refs[q] > 0 and pick[q] != i:
+                        delta += switch(q, i, False)
+        delta -= release(s, undo)
+        if switched and delta < -1e-9:
+            return True
+        for x, dd in reversed(undo):
+            refs[x] += dd
+        for q, cur in reversed(switched):
+            pick[q] = cur
+        return False
+
     ncls = p.ncls
     moves = 0
     for _ in range(passes):
@@ -229,6 +304,14 @@ def _refine(p: _Problem, pick: list[int], rroots: list[int], prep: _Prepared, de
                     return moves
                 if refs[s_cls] > 0 and s_cls not in root_set and cost[pick[s_cls]] >= DROP_MIN_COST \
                         and drop(s_cls):
+                    moves += 1
+                    improved = True
+        if not improved:
+            # a group move that pays only once the readers of what it newly uses follow it (compound)
+            for s_cls in shared:
+                if time.perf_counter() > deadline:
+                    return moves
+                if refs[s_cls] == 0 and compound(s_cls):
                     moves += 1
                     improved = True
         if not improved:
