@@ -122,7 +122,7 @@ def _refine(p: _Problem, pick: list[int], rroots: list[int], prep: _Prepared, de
         delta = acquire(s, undo)  # a temporary reference: s is paid once, up front
         for q, i in best.items():
             cur = pick[q]
-            if cyclic[q] and reaches(kids[i], q):
+            if refs[q] == 0 or (cyclic[q] and reaches(kids[i], q)):  # unused now: a switch before released it
                 continue
             mark = len(undo)
             d = cost[i] - cost[cur]
@@ -195,6 +195,8 @@ def _refine(p: _Problem, pick: list[int], rroots: list[int], prep: _Prepared, de
         delta = 0.0
         for q, j in switch.items():
             cur = pick[q]
+            if refs[q] == 0:  # unused now: a switch before released it (its e-node's refs are gone already)
+                continue
             delta += cost[j] - cost[cur]
             for k in kids[j]:
                 delta += acquire(k, undo)
@@ -230,7 +232,7 @@ def _refine(p: _Problem, pick: list[int], rroots: list[int], prep: _Prepared, de
 
         def switch(q: int, i: int, keep_zero: bool) -> float:
             cur = pick[q]
-            if cyclic[q] and reaches(kids[i], q):
+            if refs[q] == 0 or (cyclic[q] and reaches(kids[i], q)):  # unused now: a switch before released it
                 return 0.0
             mark = len(undo)
             d = cost[i] - cost[cur]
