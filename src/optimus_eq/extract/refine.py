@@ -82,6 +82,17 @@ def _refine(p: _Problem, pick: list[int], rroots: list[int], prep: _Prepared, de
             st.extend(k for k in kids[pick[x]] if scc[k] == comp)
         return False
 
+    def settle(keep: bool, undo: list, switched: list) -> bool:
+        """End a move: keep it (True), or undo its reference-count changes (``undo``: ``(class, change)``) and
+        its switches (``switched``: ``(class, e-node picked before)``), newest first, and return False."""
+        if keep:
+            return True
+        for x, dd in reversed(undo):
+            refs[x] += dd
+        for q, cur in reversed(switched):
+            pick[q] = cur
+        return False
+
     def single(c: int) -> bool:
         """Re-choose class ``c`` alone, if that lowers the DAG cost."""
         cur = pick[c]
@@ -139,13 +150,7 @@ def _refine(p: _Problem, pick: list[int], rroots: list[int], prep: _Prepared, de
                     refs[x] += dd
                 del undo[mark:]
         delta -= release(s, undo)
-        if switched and delta < -1e-9:
-            return True
-        for x, dd in reversed(undo):
-            refs[x] += dd
-        for q, cur in reversed(switched):
-            pick[q] = cur
-        return False
+        return settle(switched and delta < -1e-9, undo, switched)
 
     root_set = set(rroots)
 
@@ -203,13 +208,8 @@ def _refine(p: _Problem, pick: list[int], rroots: list[int], prep: _Prepared, de
             pick[q] = j
             for k in kids[cur]:
                 delta -= release(k, undo)
-        if delta < -1e-9 and not any(cyclic[q] and reaches(kids[pick[q]], q) for q in switch):
-            return True
-        for x, dd in reversed(undo):
-            refs[x] += dd
-        for q, cur in old.items():
-            pick[q] = cur
-        return False
+        keep = delta < -1e-9 and not any(cyclic[q] and reaches(kids[pick[q]], q) for q in switch)
+        return settle(keep, undo, list(old.items()))
 
     def compound(s: int) -> bool:
         """Two moves as one: switch the used classes that have an e-node reading the unused class ``s`` to it
@@ -274,13 +274,7 @@ def _refine(p: _Problem, pick: list[int], rroots: list[int], prep: _Prepared, de
                     if refs[q] > 0 and pick[q] != i:
                         delta += switch(q, i, False)
         delta -= release(s, undo)
-        if switched and delta < -1e-9:
-            return True
-        for x, dd in reversed(undo):
-            refs[x] += dd
-        for q, cur in reversed(switched):
-            pick[q] = cur
-        return False
+        return settle(switched and delta < -1e-9, undo, switched)
 
     ncls = p.ncls
     moves = 0
