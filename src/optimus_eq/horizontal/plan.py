@@ -38,7 +38,7 @@ from optimus_eq.extract.plan import chosen_list
 from optimus_eq.horizontal.plan_alternatives import (ALT_DEPTH, ALT_OPS, ALT_VIEWS, LIST_OPS,
                                                      PlanAlternatives)
 from optimus_eq.horizontal.plan_order import PlanOrder
-from optimus_eq.horizontal.subsets import greedy_subsets
+from optimus_eq.horizontal.subsets import GroupOverlap
 
 @dataclass
 class Member:
@@ -72,25 +72,6 @@ class Member:
     signature: tuple
     is_output: bool = False
     eager_contiguous: bool = True
-
-
-class _Overlap:
-    """The groups one :meth:`PlanGraph.groups` call yielded with ``overlap``: which of them holds each member."""
-
-    def __init__(self) -> None:
-        self.group_of: dict = {}   # member class -> sizes of the groups of this call that hold it
-
-    def wider(self, classes) -> bool:
-        """Whether ``classes`` (a group or a candidate list) is larger than every group of this call that shares a
-        member with it: an alternative none of them gives (a superset, not a re-split of one)."""
-        n = len(set(classes))
-        return all(size < n for c in classes for size in self.group_of.get(c, ()))
-
-    def add(self, classes) -> None:
-        """Record a yielded group."""
-        n = len(classes)
-        for c in classes:
-            self.group_of.setdefault(c, []).append(n)
 
 
 def _target_text(target) -> str:
@@ -364,16 +345,16 @@ class PlanGraph(PlanAlternatives, PlanOrder):
 
         ``overlap`` (a non-destructive round: each group is only an alternative): members of the groups this
         call yielded stay candidates of later lists; a list's subsets without them are yielded as before, then
-        its subsets larger than every group of this call they share a member with (:class:`_Overlap`): the union
-        of two groups is offered too, so extraction can choose greedy's wider group (issue 15: DLRM's gates, N 1,
-        are found together by the search from their stack, its ``V`` linears, N 64, by their shared input; greedy's
-        minimum of 5 keeps the 4 gates apart and fuses all 8 as one linear of N 260). Without it (greedy) a fused
-        member is gone."""
+        its subsets larger than every group of this call they share a member with
+        (:class:`.subsets.GroupOverlap`): the union of two groups is offered too, so extraction can choose
+        greedy's wider group (issue 15: DLRM's gates, N 1, are found together by the search from their stack,
+        its ``V`` linears, N 64, by their shared input; greedy's minimum of 5 keeps the 4 gates apart and fuses
+        all 8 as one linear of N 260). Without it (greedy) a fused member is gone."""
         depth = options["max_fuse_search_depth"]
         lo = options["min_fuse_set_size"]
         # what a later candidate list leaves out: every fused member, or (overlap) those fused before this call
         skip = frozenset(fused) if overlap else fused
-        made = _Overlap() if overlap else None
+        made = GroupOverlap() if overlap else None
         # the group key of every op that has one; the rest (views, lists, opaque ops, ops of other patterns,
         # keys of None) are absent: not candidates, and the search goes past them
         keys: dict = {}
@@ -491,32 +472,3 @@ class PlanGraph(PlanAlternatives, PlanOrder):
             for cands in by_key.values():
                 if len(cands) >= lo and not (self.alternatives and lo > 1 and not self.worth_adding(cands)):
                     yield from self._independent_subsets(cands, options, fused, made)
-
-    def _independent_subsets(self, cands: list, options: dict, fused: set,
-                             made: "_Overlap | None" = None) -> Iterator[list[Member]]:
-        """Greedy independent subsets (:func:`.subsets.greedy_subsets`) of ``cands``, walked in topological
-        order; the caller adds each yielded subset's fused op to the graph before the next round. With ``made``
-        (:meth:`groups`' ``overlap``), after those subsets, the list's subsets with members of groups yielded
-        earlier in the call that ``made`` accepts (wider than every such group they meet)."""
-
-        def walk(remaining: list) -> tuple[list, list[int]]:
-            pos = self._positions()
-            remaining.sort(key=pos.__getitem__)
-            anc = self._ancestor_bits(remaining, pos)
-            return remaining, [anc[c] for c in remaining]
-
-        # (overlap) the list meets a group yielded earlier in this call: its wider subsets are walked after
-        met = made is not None and any(c in made.group_of for c in cands)
-        for subset in greedy_subsets(cands, options, walk, fused):  # the groups without overlap, as before
-            if made is not None:
-                made.add(subset)
-            yield [self.member(c) for c in subset]
-        if not met or not made.wider(cands):
-            return  # every subset of the list is within one group already offered
-        for subset in greedy_subsets(cands, options, walk):  # no member of another pattern's call: ``skip``
-            if made.wider(subset):
-                made.add(subset)
-                yield [self.member(c) for c in subset]
-
-    # -- topological positions, kept up to date as fused ops are added ----------------------------------
-

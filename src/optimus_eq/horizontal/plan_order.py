@@ -1,13 +1,16 @@
 """The topological order of a plan graph, kept as fused ops are added
 (:class:`PlanOrder`, a part of :class:`optimus_eq.horizontal.plan.PlanGraph`): positions, ancestor sets of
-candidates, and the local repair of the order after a fused op (Pearce and Kelly, "A dynamic topological sort
-algorithm for directed acyclic graphs", JEA 2007)."""
+candidates, the local repair of the order after a fused op (Pearce and Kelly, "A dynamic topological sort
+algorithm for directed acyclic graphs", JEA 2007), and the greedy independent subsets walked in that order."""
 
 from __future__ import annotations
 
 import bisect
+from typing import Iterator
 
 import networkx as nx
+
+from optimus_eq.horizontal.subsets import GroupOverlap, greedy_subsets
 
 
 def topological_order(g: nx.DiGraph) -> list:
@@ -153,3 +156,29 @@ class PlanOrder:
             pos[v] = p
             seq[bisect.bisect_left(keys, p)] = v
         return True
+
+    def _independent_subsets(self, cands: list, options: dict, fused: set,
+                             made: "GroupOverlap | None" = None) -> Iterator[list]:
+        """Greedy independent subsets (:func:`.subsets.greedy_subsets`) of ``cands``, walked in topological
+        order; the caller adds each yielded subset's fused op to the graph before the next round. With ``made``
+        (:meth:`groups`' ``overlap``), after those subsets, the list's subsets with members of groups yielded
+        earlier in the call that ``made`` accepts (wider than every such group they meet)."""
+
+        def walk(remaining: list) -> tuple[list, list[int]]:
+            pos = self._positions()
+            remaining.sort(key=pos.__getitem__)
+            anc = self._ancestor_bits(remaining, pos)
+            return remaining, [anc[c] for c in remaining]
+
+        # (overlap) the list meets a group yielded earlier in this call: its wider subsets are walked after
+        met = made is not None and any(c in made.group_of for c in cands)
+        for subset in greedy_subsets(cands, options, walk, fused):  # the groups without overlap, as before
+            if made is not None:
+                made.add(subset)
+            yield [self.member(c) for c in subset]
+        if not met or not made.wider(cands):
+            return  # every subset of the list is within one group already offered
+        for subset in greedy_subsets(cands, options, walk):  # no member of another pattern's call: ``skip``
+            if made.wider(subset):
+                made.add(subset)
+                yield [self.member(c) for c in subset]

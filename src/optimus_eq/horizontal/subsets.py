@@ -14,7 +14,8 @@ one round costs one pass over the graph instead of one search per candidate.
   its walk order and ancestor bitsets (:class:`optimus_eq.horizontal.plan.PlanGraph` walks its
   candidates in topological order and adds each fused op to its graph between rounds);
 * :func:`find_independent_subset_greedy`: the whole walk on the nodes of a plain ``torch.fx.Graph``,
-  with upstream's signature.
+  with upstream's signature;
+* :class:`GroupOverlap`: the groups a non-destructive search yielded, to offer their unions too.
 """
 
 from __future__ import annotations
@@ -117,3 +118,23 @@ def greedy_subsets(cands: Iterable, options: dict, walk: Callable[[list], tuple[
         if len(subset) >= lo:
             yield subset
         remaining = [c for c in rest if c not in taken]
+
+
+class GroupOverlap:
+    """The groups one :meth:`optimus_eq.horizontal.plan.PlanGraph.groups` call yielded with ``overlap``: which
+    of them holds each member."""
+
+    def __init__(self) -> None:
+        self.group_of: dict = {}   # member class -> sizes of the groups of this call that hold it
+
+    def wider(self, classes) -> bool:
+        """Whether ``classes`` (a group or a candidate list) is larger than every group of this call that shares a
+        member with it: an alternative none of them gives (a superset, not a re-split of one)."""
+        n = len(set(classes))
+        return all(size < n for c in classes for size in self.group_of.get(c, ()))
+
+    def add(self, classes) -> None:
+        """Record a yielded group."""
+        n = len(classes)
+        for c in classes:
+            self.group_of.setdefault(c, []).append(n)
