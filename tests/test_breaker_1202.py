@@ -34,7 +34,7 @@ def _pair():
 
 # Found: the graph saves a view of the packed buffer for backward, but `p.data = buffer[i]` leaves each parameter
 # its own version counter, so an in-place update between forward and backward reached backward unseen (eager
-# raises; unpacked, the stack is a copy). Fixed by param_pack._SavedVersions.
+# raises; unpacked, the stack is a copy). Fixed by param_pack_runtime.SavedVersions.
 def test_in_place_parameter_update_between_forward_and_backward_is_not_silently_used():
     m, ref = _pair()
     f = torch.compile(m, backend=optimus_eq.backend(strategy="greedy", compile=False))

@@ -99,7 +99,7 @@ class _SeparateInputs(nn.Module):
 
 # Found: eager's linear saves its weight only when its input requires grad; the batched linear saves the whole
 # weight stack as soon as one member's input does, and with packing that stack is the parameters' own storage, whose
-# version check (param_pack._SavedVersions) covers every parameter of the buffer. A write into the weight of a branch
+# version check (param_pack_runtime.SavedVersions) covers every parameter of the buffer. A write into the weight of a branch
 # whose input needs no gradient, between forward and backward, then raises where eager trains (unpacked, the stack
 # is a copy and nothing raises; the gradients are right either way).
 @pytest.mark.xfail(strict=True, reason="param_pack's version check covers every parameter of a saved buffer; eager "

@@ -46,7 +46,6 @@ kernels leave the training step.
 
 from __future__ import annotations
 
-import bisect
 import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -57,6 +56,7 @@ from torch import fx, nn
 from optimus_bridge import vocab
 from optimus_bridge.aliasing import storage_id
 from optimus_bridge.effects import is_mutation
+from optimus_bridge.param_pack_runtime import _DATA_PTR, _RAW_APPLY, PackedStack, SavedVersions, packed_stack
 
 #: FX targets whose result a parameter buffer can stand for: ``torch.stack`` (dim 0) and ``torch.cat`` (dim 0)
 PACKABLE = {torch.stack: "stack", torch.cat: "cat"}
@@ -182,41 +182,6 @@ def _dim_zero(node: fx.Node, kind: str, rank: int) -> bool:
     return dim == 0 or dim == -out_rank
 
 
-class PackedStack(torch.autograd.Function):
-    """The stack (or dim-0 cat) of parameters that are views of ``buffer``, laid out as the stack's result:
-    forward is a view of ``buffer`` (no copy); backward is ``stack``'s / ``cat``'s own (derivatives.yaml:
-    ``unbind`` of the gradient along dim 0, ``split`` by the parameters' dim-0 sizes for a cat)."""
-
-    @staticmethod
-    def forward(buffer, sizes, *params):
-        return buffer.view(buffer.shape)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.sizes = inputs[1]
-
-    @staticmethod
-    def backward(ctx, grad):
-        parts = grad.unbind(0) if ctx.sizes is None else grad.split(list(ctx.sizes), 0)
-        return (None, None, *parts)
-
-
-#: PackedStack's apply without ``Function.apply``'s Python layer (``torch/autograd/function.py``), which binds
-#: the forward's signature (``inspect``) and walks every argument for dead functorch wrappers on each call:
-#: 1,024 parameters per call at 128 branches. Used only while no functorch transform is active (the layer's
-#: own condition for that walk; no default argument to bind); else ``PackedStack.apply``.
-_RAW_APPLY = super(torch.autograd.Function, PackedStack).apply
-
-
-def packed_stack(buffer: torch.Tensor, sizes: tuple[int, ...] | None, *params: torch.Tensor) -> torch.Tensor:
-    """``torch.stack(params)`` (``sizes`` None) or ``torch.cat(params)`` (``sizes``: each parameter's dim-0
-    size) where the parameters are views of ``buffer`` laid out as that result and ``buffer`` holds their
-    values: a view of ``buffer`` whose gradient goes to each parameter (:class:`PackedStack`). The caller
-    (:meth:`ParameterPacks.inputs`) guarantees the layout; the result must not be written (a write would
-    reach the parameters; autograd raises on an in-place write into a custom function's view output)."""
-    return PackedStack.apply(buffer, sizes, *params)
-
-
 def _read_only(node: fx.Node, output_ok: bool = False) -> bool:
     """Whether no node writes into ``node``'s result or a view of it and (unless ``output_ok``) neither is a
     graph output (views found by the storage of Dynamo's ``example_value`` meta; without meta, a user
@@ -244,63 +209,6 @@ def _read_only(node: fx.Node, output_ok: bool = False) -> bool:
     return True
 
 
-#: a tensor's version counter and address, read through ``map`` without a Python frame per tensor
-_VERSION = operator.attrgetter("_version")
-_DATA_PTR = torch.Tensor.data_ptr
-
-
-class _SavedVersions(torch.autograd.graph.saved_tensors_hooks):
-    """Saved-tensor hooks for one call of a packed graph: a tensor saved for backward that lives in a packed
-    buffer records its parameters' version counters, and unpacking it in backward raises where one of them
-    changed, as eager's own check does.
-
-    Packing makes each parameter a view of the buffer by ``p.data = buffer[i]``, which leaves the parameter its
-    own version counter: without these hooks an in-place update of a parameter between forward and backward
-    would reach the saved buffer unseen and backward would use the new weights. Used only where no other
-    saved-tensor hooks are active: under the user's own (activation offloading, checkpointing) eager checks
-    no versions, the user's hook holds what was saved, and the packed graph's tensors go to it unchanged
-    (:meth:`ParameterPacks.wrap`).
-
-    Per call the work is one bisection per saved tensor (``data_ptr()`` against the buffers' address ranges;
-    a hit is confirmed by the storage's own address) and, per buffer that the graph saves, one read of its
-    parameters' versions (shared by every saved tensor of that buffer), so no Python runs per parameter.
-
-    Args:
-        table: :meth:`ParameterPacks._version_table`: the buffers' start addresses (sorted), their end
-            addresses, and per buffer the getter of the parameters that are views of it from the call's
-            arguments.
-        args: the call's arguments (the original graph's inputs).
-    """
-
-    def __init__(self, table: tuple[list[int], list[int], list[Callable]], args: Sequence[Any]) -> None:
-        starts, ends, getters = table
-        seen: dict[int, tuple[tuple, tuple]] = {}  # buffer index -> (its parameters, their versions at forward)
-
-        def pack(t):
-            try:
-                ptr = t.data_ptr()
-            except (RuntimeError, NotImplementedError):  # a tensor without storage (sparse, nested)
-                return t, None
-            k = bisect.bisect_right(starts, ptr) - 1
-            if k < 0 or ptr >= ends[k] or t.untyped_storage().data_ptr() != starts[k]:
-                return t, None
-            if k not in seen:
-                params = getters[k](args)
-                seen[k] = (params, tuple(map(_VERSION, params)))
-            return t, seen[k]
-
-        def unpack(saved):
-            held, versions = saved
-            if versions is not None and tuple(map(_VERSION, versions[0])) != versions[1]:
-                raise RuntimeError(
-                    "one of the variables needed for gradient computation has been modified by an inplace "
-                    "operation: a parameter that optimus_eq packed into one buffer was written between forward "
-                    "and backward (eager raises the same error)")
-            return held
-
-        super().__init__(pack, unpack)
-
-
 class ParameterPacks:
     """What packing did to one graph, and how its calls are served.
 
@@ -321,7 +229,7 @@ class ParameterPacks:
         """The per-call tables of the packs' current buffers (at construction and after a re-pack)."""
         # per pack: (buffer, sizes for packed_stack or None, its parameters' getter, their data_ptr()s, grad)
         self._calls = [(p.buffer, p.sizes, operator.itemgetter(*p.positions), p.ptrs, p.grad) for p in self.packs]
-        self._versions = None  # _SavedVersions' table, built at the first grad call
+        self._versions = None  # SavedVersions' table, built at the first grad call
 
     @property
     def parameters(self) -> int:
@@ -382,7 +290,7 @@ class ParameterPacks:
         return out
 
     def _version_table(self) -> tuple[list[int], list[int], list[Callable]]:
-        """:class:`_SavedVersions`' table for the current buffers: each distinct buffer storage's start and end
+        """:class:`SavedVersions`' table for the current buffers: each distinct buffer storage's start and end
         address (sorted by start) and the getter of every packed parameter on it (packs may share one storage:
         an earlier compile packed their union)."""
         by_storage: dict[int, tuple[int, list[int]]] = {}
@@ -393,12 +301,12 @@ class ParameterPacks:
         return (starts, [s + by_storage[s][0] for s in starts],
                 [operator.itemgetter(*by_storage[s][1]) for s in starts])  # >= 2 positions: a tuple
 
-    def saved_versions(self, args: Sequence[Any]) -> "_SavedVersions":
-        """The saved-tensor hooks of one call with grad mode on (:class:`_SavedVersions`); their table of
+    def saved_versions(self, args: Sequence[Any]) -> "SavedVersions":
+        """The saved-tensor hooks of one call with grad mode on (:class:`SavedVersions`); their table of
         buffers and parameters is built once per layout (after a re-pack, again)."""
         if self._versions is None:
             self._versions = self._version_table()
-        return _SavedVersions(self._versions, args)
+        return SavedVersions(self._versions, args)
 
     def wrap(self, compiled: Callable) -> Callable:
         """``compiled`` (of the packed graph) as a callable of the original graph's inputs."""
