@@ -41,8 +41,9 @@ def packed_stack(buffer: torch.Tensor, sizes: tuple[int, ...] | None, *params: t
     """``torch.stack(params)`` (``sizes`` None) or ``torch.cat(params)`` (``sizes``: each parameter's dim-0
     size) where the parameters are views of ``buffer`` laid out as that result and ``buffer`` holds their
     values: a view of ``buffer`` whose gradient goes to each parameter (:class:`PackedStack`). The caller
-    (:meth:`optimus_bridge.param_pack.ParameterPacks.inputs`) guarantees the layout; the result must not be written (a write would
-    reach the parameters; autograd raises on an in-place write into a custom function's view output)."""
+    (:meth:`optimus_bridge.param_pack.ParameterPacks.inputs`) guarantees the layout; the result must not be
+    written (a write would reach the parameters; autograd raises on an in-place write into a custom
+    function's view output)."""
     return PackedStack.apply(buffer, sizes, *params)
 
 
@@ -68,9 +69,9 @@ class SavedVersions(torch.autograd.graph.saved_tensors_hooks):
     parameters' versions (shared by every saved tensor of that buffer), so no Python runs per parameter.
 
     Args:
-        table: :meth:`optimus_bridge.param_pack.ParameterPacks._version_table`: the buffers' start addresses (sorted), their end
-            addresses, and per buffer the getter of the parameters that are views of it from the call's
-            arguments.
+        table: :meth:`optimus_bridge.param_pack.ParameterPacks._version_table`: the buffers' start addresses
+            (sorted), their end addresses, and per buffer the getter of the parameters that are views of it
+            from the call's arguments.
         args: the call's arguments (the original graph's inputs).
     """
 

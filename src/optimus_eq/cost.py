@@ -295,7 +295,6 @@ class GPUCostModel:
         parameter (``obeys_layout_contract`` fails: torch/csrc/autograd/functions/accumulate_grad.h)."""
         return self.eager_launch_us + 2 * (numel or 0) * self.itemsize / self.bytes_per_us
 
-
     def gemm_us(self, rows: int, cols: int, inner: int, batch: int = 1, batched: bool = False,
                 moved: int = 0) -> float:
         """Time in microseconds of one GEMM kernel, launch excluded: ``batch`` products of ``[rows, inner] @

@@ -239,10 +239,10 @@ def grad_classes(view, info: GradientInfo) -> set:
 def _transposed_param_copies(view, cat, params: dict, model) -> float:
     """:meth:`GPUCostModel.grad_copy_cost` for every element of ``Cat`` e-node ``cat`` (along dim 0) that is a
     transposed 2-D parameter, ``Permute(p, (1, 0))`` (the fused weight ``cat([P.t(), W])`` of
-    patterns/gemm_lhs.py): the cat's gradient arrives contiguous (a GEMM's weight gradient), the element's slice of it is a contiguous ``[o, k]``,
-    so ``p`` (``[k, o]``) gets it transposed and AccumulateGrad copies it into ``p``'s layout
-    (``accumulate_grad.h``, ``obeys_layout_contract``): one eager kernel outside the compiled graph per such
-    parameter and step. Size-1 dims are free (their stride does not matter)."""
+    patterns/gemm_lhs.py): the cat's gradient arrives contiguous (a GEMM's weight gradient), the element's slice
+    of it is a contiguous ``[o, k]``, so ``p`` (``[k, o]``) gets it transposed and AccumulateGrad copies it into
+    ``p``'s layout (``accumulate_grad.h``, ``obeys_layout_contract``): one eager kernel outside the compiled
+    graph per such parameter and step. Size-1 dims are free (their stride does not matter)."""
     elems = _list_elems(view, cat.children[0]) if cat.children else None
     total = 0.0
     for d, e in elems or ():
