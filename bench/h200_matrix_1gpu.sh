@@ -21,6 +21,7 @@ PREWARM_LIMIT=${PREWARM_LIMIT:-250}   # s; a cell still compiling then is compil
 BUDGET=${BUDGET:-220}                 # s; the timed run starts no new cell after this
 ITERS=${ITERS:-50}
 ROUNDS=${ROUNDS:-3}                   # side-by-side rounds per (model, mode) row (bench --rounds)
+EXTRA=${EXTRA:-}                      # more bench arguments, e.g. "--modes train --set launch_bound.branches=512"
 STRATS=${STRATS:-inductor,inductor-cudagraphs,inductor-combo,inductor-optimus,greedy,eqsat,greedy-cudagraphs,eqsat-cudagraphs,taso,tensat,greedy-post,eqsat-post}
 mkdir -p "$OUT"
 if ls .whl/*.whl >/dev/null 2>&1; then  # the device machine has no egglog: install the carried wheels
@@ -30,7 +31,7 @@ export PYTHONPATH=/tmp/site:$PWD/src:$PWD/bridge:$PWD/bench PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$OUT/gpu.txt"
 python3 -c "import torch, triton; print(torch.__version__, triton.__version__)" >>"$OUT/gpu.txt"
 W=/tmp/matrix_$tag
-B="python3 -m optimus_eq.cli bench --device cuda --models $models --strategies $STRATS --no-plots --no-progress"
+B="python3 -m optimus_eq.cli bench --device cuda --models $models --strategies $STRATS --no-plots --no-progress $EXTRA"
 start=$(date +%s)
 timeout -s KILL "$PREWARM_LIMIT" $B --prewarm "$JOBS" --time-budget 0 --iters 1 --out "$W" >"$OUT/$tag.prewarm.log" 2>&1
 pkill -9 -f "optimus_eq.cli bench" 2>/dev/null; sleep 1  # the prewarm cells (SIGINT left them running: 331 s for a 260 s limit)
