@@ -57,7 +57,8 @@ import torch.fx
 
 from optimus_bridge.cuda_kernel_rules import extern_gpu_kernels, split_reduction
 from optimus_bridge.cuda_kernel_rules import tensor_args as _tensor_args
-from optimus_bridge.inductor_fusion import KernelPrediction, SchedNode, fuse_kernels, node_val, numel_of
+from optimus_bridge.inductor_fusion import (KernelPrediction, SchedNode, buffer_overlap_scoring, fuse_kernels,
+                                           node_val, numel_of)
 
 aten = torch.ops.aten
 
@@ -198,6 +199,7 @@ def predict(gm: torch.fx.GraphModule, device: str = "cpu") -> KernelPrediction:
         return s
 
     pointwise_cat = {}
+    foreach: set[int] = set()  # CUDA: copies of graph inputs into a cat (ConcatKernel's foreach list)
     splits: list[str] = []  # CUDA reductions Inductor splits in two kernels
     for n in nodes:
         k = kind[n]
@@ -230,6 +232,8 @@ def predict(gm: torch.fx.GraphModule, device: str = "cpu") -> KernelPrediction:
                                            ("p", numel_of(node_val(a)), _dim0(node_val(a))), buf_reads(a), None)
                         sched.append(copy_node)
                         writers.append(copy_node)
+                        if kind[b] == "input":
+                            foreach.add(copy_node.id)
                     cat_copy_inputs.add(b)
                 realized[n] = True
                 # the cat buffer is written by its inputs' nodes: a reader depends on all of them
@@ -276,16 +280,26 @@ def predict(gm: torch.fx.GraphModule, device: str = "cpu") -> KernelPrediction:
         return cat_writers.get(b, [])
 
     deps: list[set[int]] = []
+    through_cat: set[tuple[int, int]] = set()  # (writer, reader) edges that go through a cat buffer
     for s in sched:
         d = set()
         for b, _view in s.reads:
             for p in producers_of(b):
                 if p.id != s.id:
                     d.add(p.id)
+                    if b in cat_writers:
+                        through_cat.add((p.id, s.id))
         deps.append(d)
-    # the nodes that write one cat buffer share it (their writes are slices of one buffer)
-    writes = {w.id: cat for cat, ws in cat_writers.items() for w in ws}
-    pred = fuse_kernels(sched, deps, cpu, extern, writes)
+    # the nodes that write one cat buffer share it (their writes are slices of one buffer). On CUDA that
+    # counts only for copies of graph inputs (``ConcatKernel.create`` registers them as one foreach list:
+    # ``triton_for_fused``) or under buffer-overlap scoring: otherwise a writer stores its own buffer name
+    # (``NonOwningLayout``), the writers share no memory dependency and each is a kernel of its own (the H200's
+    # plain-Inductor launch-bound model: 32 stack writers and 32 cat copies per layer, 259 kernels); nor does a
+    # reader of the cat buffer share a dependency with its writers, so they do not fuse vertically either
+    writes = {w.id: cat for cat, ws in cat_writers.items() for w in ws
+              if cpu or w.id in foreach or buffer_overlap_scoring()}
+    no_vertical = set() if cpu or buffer_overlap_scoring() else through_cat
+    pred = fuse_kernels(sched, deps, cpu, extern, writes, no_vertical)
     # a split reduction's second stage (the partial results reduced) is a kernel of its own: it reads only
     # the first stage's buffer, which no other node reads
     pred.fused += len(splits)
