@@ -21,7 +21,9 @@ source named:
 * **cat**: on CPU a ``ConcatKernel`` (``lowering.cat``): a computed input is written in place by its own
   node, an input that is already a buffer (an extern's output, a graph input, a shared buffer) gets a copy
   node; on CUDA a ``pointwise_cat`` (one pointwise node reading every input) up to
-  ``max_pointwise_cat_inputs`` (8) inputs, above that the CPU form;
+  ``max_pointwise_cat_inputs`` (8) inputs, above that the CPU form, whose writers (each storing its own
+  buffer name, ``NonOwningLayout``) fuse with no other writer or the cat's reader unless buffer-overlap
+  scoring applies; copies of graph inputs are one foreach kernel (``register_operation_list``);
 * **fusion** (``scheduler.Scheduler.fuse_nodes``): realized nodes that share a buffer (one reads what the
   other writes, or both read one buffer of at least ``score_fusion_memory_threshold`` bytes) fuse when
   their loop groups are compatible and the fusion makes no cycle, at most ``max_fusion_size`` (64) nodes;
