@@ -234,7 +234,7 @@ def predict(gm: torch.fx.GraphModule, device: str = "cpu") -> KernelPrediction:
                                            ("p", numel_of(node_val(a)), _dim0(node_val(a))), buf_reads(a), None)
                         sched.append(copy_node)
                         writers.append(copy_node)
-                        if kind[b] == "input":
+                        if b.op == "placeholder":  # ``StorageBox.is_input_buffer``: not a constant
                             foreach.add(copy_node.id)
                     cat_copy_inputs.add(b)
                 realized[n] = True
