@@ -10,6 +10,7 @@ optimizer step, AccumulateGrad copies), predicted by :func:`outside_kernels`.
 
     PYTHONPATH=src:bridge:bench python bench/kernel_prediction.py --device cpu --out DIR \\
         [--models dhen ...] [--modes inference train] [--strategies inductor none greedy eqsat]
+        [--phase predict --from-bench BENCH.json PREWARM.tsv ...]
 
 Writes ``DIR/results.json`` after every cell and ``DIR/results.md`` (the error table) at the end.
 ``--phase predict --device cuda`` on a machine without CUDA re-predicts rows measured on a GPU (the model
@@ -170,6 +171,39 @@ def measure_cells(models, modes, strategies, device, size, out: Path, rows: list
     return rows
 
 
+def rows_from_bench(paths: list[Path], strategies: list[str] | None = None) -> list[dict]:
+    """Rows of measured kernel counts read from ``optimus-eq bench`` output, for the predict phase.
+
+    ``paths`` in order of preference: a bench JSON (``cells``: model, mode, strategy, status, kernels) or a
+    prewarm TSV (tab-separated: model, mode, strategy, status, compile_s, optimizer_s, kernels); a cell takes
+    its count from the first file that has it with status ``ok`` and a count. Each row records that file as
+    ``source``. ``strategies`` (names) keeps only those. Raises ``ValueError`` on a TSV line of another
+    shape."""
+    rows: dict[tuple, dict] = {}
+    for path in paths:
+        if path.suffix == ".json":
+            cells = [(c["model"], c["mode"], c["strategy"], c.get("status"), c.get("kernels"))
+                     for c in json.loads(path.read_text())["cells"]]
+        else:
+            cells = []
+            for line in path.read_text().splitlines():
+                if not line.strip():
+                    continue
+                f = line.split("\t")
+                if len(f) != 7:
+                    raise ValueError(f"{path}: expected 7 tab-separated fields, got {len(f)}: {line!r}")
+                cells.append((f[0], f[1], f[2], f[3], None if f[6] == "None" else int(f[6])))
+        for model, mode, strategy, status, kernels in cells:
+            key = (model, mode, strategy)
+            if key in rows or status != "ok" or kernels is None:
+                continue
+            if strategies is not None and strategy not in strategies:
+                continue
+            rows[key] = {"model": model, "mode": mode, "strategy": strategy, "status": "ok", "error": None,
+                         "measured": kernels, "measured_inside": None, "source": str(path)}
+    return list(rows.values())
+
+
 def predict_cells(rows: list[dict], device: str, size: str) -> list[dict]:
     """Predict every measured cell: trace it with the strategy's backend, Inductor's ``compile_fx``
     replaced by a recorder (no kernel compiled), and predict each recorded graph.
@@ -278,6 +312,9 @@ def main(argv=None) -> int:
     ap.add_argument("--phase", choices=["both", "measure", "predict"], default="both",
                     help="measure: compile and count (kept in OUT/results.json, cells already there are skipped); "
                          "predict: predict the cells of OUT/results.json again (no Inductor compile)")
+    ap.add_argument("--from-bench", nargs="+", type=Path, default=None, metavar="FILE",
+                    help="start OUT/results.json from measured counts in optimus-eq bench output (JSON with cells, "
+                         "or a prewarm TSV), first file first (see rows_from_bench); then --phase predict")
     ap.add_argument("--budget", type=float, default=None, help="seconds after which no new cell is measured")
     ap.add_argument("--overlap-scoring", choices=["auto", "on", "off"], default="auto",
                     help="model Inductor's buffer-overlap scoring (auto: as the installed Inductor has it; off: "
@@ -290,10 +327,15 @@ def main(argv=None) -> int:
         inductor_fusion.OVERLAP_SCORING = a.overlap_scoring == "on"
     path = a.out / "results.json"
     rows = json.loads(path.read_text())["rows"] if path.exists() else []
+    if a.from_bench:
+        new = [r for r in rows_from_bench(a.from_bench, a.strategies) if r["model"] in a.models and r["mode"] in a.modes]
+        keys = {(r["model"], r["mode"], r["strategy"]) for r in new}
+        rows = [r for r in rows if (r["model"], r["mode"], r["strategy"]) not in keys] + new
+        _write(a.out, a.device, a.size, rows)
     if a.phase in ("both", "measure"):
         measure_cells(a.models, a.modes, a.strategies, a.device, a.size, a.out, rows, a.budget)
     if a.phase in ("both", "predict"):
-        keep = [r for r in rows if r["model"] in a.models and r["mode"] in a.modes]
+        keep = [r for r in rows if r["model"] in a.models and r["mode"] in a.modes and r["strategy"] in a.strategies]
         predict_cells(keep, a.device, a.size)
         _write(a.out, a.device, a.size, rows)
         (a.out / "results.md").write_text(table(rows))

@@ -41,12 +41,12 @@ class KernelPrediction:
         return KernelPrediction(self.fused + other.fused, self.extern + other.extern, self.groups + other.groups)
 
 
-#: Whether to model buffer-overlap scoring: ``None`` reads the installed Inductor (:func:`_buffer_overlap_scoring`);
+#: Whether to model buffer-overlap scoring: ``None`` reads the installed Inductor (:func:`buffer_overlap_scoring`);
 #: ``False`` models an Inductor without it (predicting the H200's torch 2.11 on a machine with torch 2.13)
 OVERLAP_SCORING: bool | None = None
 
 
-def _buffer_overlap_scoring() -> bool:
+def buffer_overlap_scoring() -> bool:
     """Whether Inductor scores readers of different views of one buffer as sharing memory
     (``Scheduler._can_use_buffer_overlap_scoring``, torch 2.13 has it): without it (the H200's torch 2.11
     ran DHEN's q, k and v slices of one projection as three kernels) such readers do not fuse."""
@@ -136,7 +136,12 @@ def _compatible(a: tuple, b: tuple, vertical: bool, cpu: bool) -> bool:
     return not cpu and b[1] in (a[1] * a[2], a[1])
 
 
-def fuse_kernels(sched: list[SchedNode], deps: list[set[int]], cpu: bool, extern: int, writes: dict) -> KernelPrediction:
+def fuse_kernels(sched: list[SchedNode], deps: list[set[int]], cpu: bool, extern: int, writes: dict,
+                 no_vertical: set[tuple[int, int]] = frozenset()) -> KernelPrediction:
+    """Greedy fusion of the scheduler nodes ``sched`` (``deps[i]``: ids node ``i`` depends on) into kernels:
+    producer -> reader pairs first (except the ``(producer, reader)`` pairs in ``no_vertical``, which only
+    order), then readers of one buffer and the writers of one cat buffer (``writes``: id -> cat), rounds until
+    nothing changes. ``extern`` is passed through as the extern kernel count."""
     n = len(sched)
     parent = list(range(n))
 
@@ -224,7 +229,7 @@ def fuse_kernels(sched: list[SchedNode], deps: list[set[int]], cpu: bool, extern
         return True
 
     # candidate pairs: producer -> reader first (vertical), then readers of one buffer (horizontal)
-    vertical = [(j, i) for i, d in enumerate(deps) for j in sorted(d)]
+    vertical = [(j, i) for i, d in enumerate(deps) for j in sorted(d) if (j, i) not in no_vertical]
     # readers of one view of a buffer share memory deps (Scheduler.score_fusion_memory); readers of
     # different views of one buffer (split pieces) only count when neither is a reduction
     # (_can_use_buffer_overlap_scoring)
@@ -238,7 +243,7 @@ def fuse_kernels(sched: list[SchedNode], deps: list[set[int]], cpu: bool, extern
             val = node_val(outer) if isinstance(outer, torch.fx.Node) else None
             if numel_of(val) * itemsize_of(val) >= SCORE_FUSION_MEMORY_THRESHOLD:
                 exact.setdefault((b, v), []).append(s.id)
-                if _buffer_overlap_scoring():
+                if buffer_overlap_scoring():
                     overlap.setdefault(b, []).append(s.id)
     for i, cat in writes.items():
         if fusable[i]:

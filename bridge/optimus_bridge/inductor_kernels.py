@@ -21,7 +21,9 @@ source named:
 * **cat**: on CPU a ``ConcatKernel`` (``lowering.cat``): a computed input is written in place by its own
   node, an input that is already a buffer (an extern's output, a graph input, a shared buffer) gets a copy
   node; on CUDA a ``pointwise_cat`` (one pointwise node reading every input) up to
-  ``max_pointwise_cat_inputs`` (8) inputs, above that the CPU form;
+  ``max_pointwise_cat_inputs`` (8) inputs, above that the CPU form, whose writers (each storing its own
+  buffer name, ``NonOwningLayout``) fuse with no other writer or the cat's reader unless buffer-overlap
+  scoring applies; copies of graph inputs are one foreach kernel (``register_operation_list``);
 * **fusion** (``scheduler.Scheduler.fuse_nodes``): realized nodes that share a buffer (one reads what the
   other writes, or both read one buffer of at least ``score_fusion_memory_threshold`` bytes) fuse when
   their loop groups are compatible and the fusion makes no cycle, at most ``max_fusion_size`` (64) nodes;
@@ -57,7 +59,8 @@ import torch.fx
 
 from optimus_bridge.cuda_kernel_rules import extern_gpu_kernels, split_reduction
 from optimus_bridge.cuda_kernel_rules import tensor_args as _tensor_args
-from optimus_bridge.inductor_fusion import KernelPrediction, SchedNode, fuse_kernels, node_val, numel_of
+from optimus_bridge.inductor_fusion import (KernelPrediction, SchedNode, buffer_overlap_scoring, fuse_kernels,
+                                           node_val, numel_of)
 
 aten = torch.ops.aten
 
@@ -198,6 +201,7 @@ def predict(gm: torch.fx.GraphModule, device: str = "cpu") -> KernelPrediction:
         return s
 
     pointwise_cat = {}
+    foreach: set[int] = set()  # CUDA: copies of graph inputs into a cat (ConcatKernel's foreach list)
     splits: list[str] = []  # CUDA reductions Inductor splits in two kernels
     for n in nodes:
         k = kind[n]
@@ -230,6 +234,8 @@ def predict(gm: torch.fx.GraphModule, device: str = "cpu") -> KernelPrediction:
                                            ("p", numel_of(node_val(a)), _dim0(node_val(a))), buf_reads(a), None)
                         sched.append(copy_node)
                         writers.append(copy_node)
+                        if b.op == "placeholder":  # ``StorageBox.is_input_buffer``: not a constant
+                            foreach.add(copy_node.id)
                     cat_copy_inputs.add(b)
                 realized[n] = True
                 # the cat buffer is written by its inputs' nodes: a reader depends on all of them
@@ -276,16 +282,26 @@ def predict(gm: torch.fx.GraphModule, device: str = "cpu") -> KernelPrediction:
         return cat_writers.get(b, [])
 
     deps: list[set[int]] = []
+    through_cat: set[tuple[int, int]] = set()  # (writer, reader) edges that go through a cat buffer
     for s in sched:
         d = set()
         for b, _view in s.reads:
             for p in producers_of(b):
                 if p.id != s.id:
                     d.add(p.id)
+                    if b in cat_writers:
+                        through_cat.add((p.id, s.id))
         deps.append(d)
-    # the nodes that write one cat buffer share it (their writes are slices of one buffer)
-    writes = {w.id: cat for cat, ws in cat_writers.items() for w in ws}
-    pred = fuse_kernels(sched, deps, cpu, extern, writes)
+    # the nodes that write one cat buffer share it (their writes are slices of one buffer). On CUDA that
+    # counts only for copies of graph inputs (``ConcatKernel.create`` registers them as one foreach list:
+    # ``triton_for_fused``) or under buffer-overlap scoring: otherwise a writer stores its own buffer name
+    # (``NonOwningLayout``), the writers share no memory dependency and each is a kernel of its own (the H200's
+    # plain-Inductor launch-bound model: 32 stack writers and 32 cat copies per layer, 259 kernels); nor does a
+    # reader of the cat buffer share a dependency with its writers, so they do not fuse vertically either
+    writes = {w.id: cat for cat, ws in cat_writers.items() for w in ws
+              if cpu or w.id in foreach or buffer_overlap_scoring()}
+    no_vertical = set() if cpu or buffer_overlap_scoring() else through_cat
+    pred = fuse_kernels(sched, deps, cpu, extern, writes, no_vertical)
     # a split reduction's second stage (the partial results reduced) is a kernel of its own: it reads only
     # the first stage's buffer, which no other node reads
     pred.fused += len(splits)
