@@ -40,3 +40,68 @@ def test_linears_of_one_input_with_symbolic_output_features_do_not_make_the_grap
     gm, ex = dynamo_graph(f, *args, dynamic=True)
     gm2, _ = _optimize_quietly(gm, ex, strategy, pattern_options={"batch_linear_lhs": {"min_fuse_set_size": 2}})
     torch.testing.assert_close(gm2(*ex), gm(*ex))
+
+
+def _transposed_outputs_of_fused_ops(x, w1, w2):
+    """Two linears of one input (batch_linear_lhs) and tanhs of an unbind (pointwise_through_slice, batch_tanh):
+    each output a transposed view of a value the rewrite computes as a narrow or select of a wider one."""
+    a, b = x.unbind(1)
+    return F.linear(a, w1).t(), F.linear(a, w2).t(), a.tanh().t(), b.tanh().t()
+
+
+# Found: with a symbolic batch (the recompile ``torch.compile``'s default ``dynamic=None`` makes at the second batch
+# size, ``mark_dynamic``, ``dynamic=True``) an output whose eager layout is a transposed new tensor (strides
+# ``(1, s0)``) and whose rewritten value is a view of a wider one (``(1, 2 * s0)``) needs a copy with eager's
+# strides; the stride fix took only static layouts and raised LoweringError: the whole graph fell back with a
+# warning (static batch: optimized). Now a permuted contiguous layout is copied as permute, clone, permute back.
+@pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
+def test_transposed_outputs_under_a_symbolic_batch_are_optimized_with_eager_strides(strategy):
+    options = {name: {"min_fuse_set_size": 2} for name in ("batch_linear_lhs", "batch_tanh")}
+    w1, w2 = _rand(3, 6, seed=1), _rand(2, 6, seed=2)
+    optimus_eq.last_reports.clear()
+    compiled = torch.compile(_transposed_outputs_of_fused_ops,
+                             backend=optimus_eq.backend(strategy=strategy, compile=False, pattern_options=options))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for batch in (5, 7, 9):  # 7: Dynamo recompiles with a symbolic batch, which 9 reuses
+            x = _rand(batch, 2, 6, seed=batch)
+            got, want = compiled(x, w1, w2), _transposed_outputs_of_fused_ops(x, w1, w2)
+            for g, e in zip(got, want):
+                assert g.stride() == e.stride()
+                torch.testing.assert_close(g, e)
+    assert not [w for w in caught if "optimus_eq" in str(w.message)], [str(w.message) for w in caught]
+    assert len(optimus_eq.last_reports) == 2 and all(r.fallback is None for r in optimus_eq.last_reports)
+    assert optimus_eq.last_reports[-1].patterns_fired["batch_linear_lhs"] == 1
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
+def test_post_grad_transposed_outputs_under_a_symbolic_batch_are_optimized_with_eager_strides(strategy):
+    """The same at Aten-IR: AOTAutograd's forward graph under ``dynamic=True`` (the post-grad pass)."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._inductor.decomposition import select_decomp_table
+
+    def f(x):
+        a, b, c = x.unbind(1)
+        return torch.cat([a, b, c], 1).t(), (a * 2).t(), (b * 2).t()
+
+    pass_ = optimus_eq.post_grad_pass(strategy)
+    fallbacks = []
+
+    def compiler(gm, example_inputs):
+        pass_(gm.graph)
+        fallbacks.append(optimus_eq.last_reports[-1].fallback)
+        gm.recompile()
+        return make_boxed_func(gm)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, dynamic=True, backend=aot_autograd(
+        fw_compiler=compiler, bw_compiler=compiler, decompositions=select_decomp_table()))
+    for batch in (5, 7):
+        x = _rand(batch, 3, 4, seed=batch).requires_grad_()
+        got, want = compiled(x), f(x)
+        for g, e in zip(got, want):
+            assert g.stride() == e.stride()
+            torch.testing.assert_close(g, e)
+        sum(o.sum() for o in got).backward()
+    assert fallbacks and all(f is None for f in fallbacks), fallbacks

@@ -204,16 +204,52 @@ def _restridable(like: torch.Tensor, level: IRLevel) -> bool:
     return level.restride is not None and static_layout(like) and non_overlapping(like)
 
 
+def _hint(n):
+    """An int, or a backed SymInt's example value (None when it has none: an unbacked size)."""
+    return n if type(n) is int else getattr(n.node, "hint", None)
+
+
+def dense_order(like: torch.Tensor) -> list[int] | None:
+    """The dims of ``like``, outermost first, when its layout is a permutation of a contiguous one (each
+    stride of a dim of size > 1 the product of the sizes of the dims inside it: no gap, no overlap), for
+    symbolic sizes too (decided without guards: ``statically_known_true``); else None. A symbolic batch makes
+    a transposed output's layout symbolic, which ``restride`` cannot take (``x.t()`` of a new tensor: eager's
+    strides ``(1, s0)``)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    sizes, strides = list(like.shape), list(like.stride())
+    units = [d for d in range(len(sizes)) if statically_known_true(sizes[d] == 1)]
+    rest = [d for d in range(len(sizes)) if d not in units]
+    hints = [_hint(strides[d]) for d in rest]
+    if any(h is None for h in hints) or len(set(hints)) != len(hints):
+        return None
+    order = [d for _, d in sorted(zip(hints, rest), reverse=True)]
+    inner = 1
+    for d in reversed(order):
+        if not statically_known_true(strides[d] == inner):
+            return None
+        inner = inner * sizes[d]
+    return units + order
+
+
 def _copy_like(graph: Graph, value: Node, like: torch.Tensor, level: IRLevel) -> list[Node]:
     """Nodes computing a fresh tensor equal to ``value`` laid out like ``like`` (eager's output): a contiguous
     clone, or ``level.restride`` (Torch-IR: ``value.new_empty_strided(shape, strides).copy_(value)``) for any
-    other non-overlapping layout (gaps included: a view into a larger buffer). Expanded or symbolic layouts,
-    and levels without ``restride``, get a ``preserve_format`` clone (the caller checks the strides).
+    other non-overlapping layout (gaps included: a view into a larger buffer); a symbolic layout that permutes a
+    contiguous one (:func:`dense_order`), a permuted contiguous clone permuted back. Other expanded or symbolic
+    layouts, and levels without ``restride``, get a ``preserve_format`` clone (the caller checks the strides).
     Inserted at the graph's insert point; returns the new nodes, the result last."""
     if like.is_contiguous():
         return [level.clone(graph, value, torch.contiguous_format)]
     if not _restridable(like, level):
-        return [level.clone(graph, value, torch.preserve_format)]
+        order = dense_order(like)
+        if order is None:
+            return [level.clone(graph, value, torch.preserve_format)]
+        # a permutation of a contiguous layout (symbolic sizes): permute, contiguous clone, permute back
+        inverse = [order.index(d) for d in range(len(order))]
+        moved = level.views["Permute"](graph, value, (order,))
+        copied = level.clone(graph, moved, torch.contiguous_format)
+        return [moved, copied, level.views["Permute"](graph, copied, (inverse,))]
     return level.restride(graph, value, tuple(like.shape), tuple(like.stride()))
 
 
@@ -227,8 +263,9 @@ def fix_strides(graph: Graph, old_out: Node, level: IRLevel, copies: frozenset =
 
     Raises:
         LoweringError: an output changed shape or dtype, or its layout cannot be reproduced (eager's is
-            expanded or overlapping, or symbolic, or the level has no ``restride``, or the output shares
-            storage with an input or another output in eager, which a copy would lose).
+            expanded or overlapping, or symbolic other than a permuted contiguous layout, or the level has no
+            ``restride``, or the output shares storage with an input or another output in eager, which a copy
+            would lose).
     """
     new_out = next(n for n in reversed(graph.nodes) if n.op == "output")
     old, new = _flat_nodes(old_out.args[0]), _flat_nodes(new_out.args[0])
@@ -258,7 +295,7 @@ def fix_strides(graph: Graph, old_out: Node, level: IRLevel, copies: frozenset =
                                 f"{tuple(nv.shape)} {nv.dtype}")
         # guard_or_*: a data-dependent (unbacked) size, e.g. after nonzero, is never guarded on (it raised)
         if guard_or_true(ov.numel() > 1) and _observable_strides(ov) != _observable_strides(nv):
-            if not ov.is_contiguous() and not _restridable(ov, level):
+            if not ov.is_contiguous() and not _restridable(ov, level) and dense_order(ov) is None:
                 raise LoweringError(f"output {i} strides {nv.stride()} differ from eager's {ov.stride()}")
             if shares[i]:  # a copy would no longer share storage with them (a view of an input, y and y[1:])
                 raise LoweringError(f"output {i} strides {nv.stride()} differ from eager's {ov.stride()}, and it "
