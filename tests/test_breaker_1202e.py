@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import optimus_eq
-from conftest import dynamo_graph, no_compile_cache  # noqa: F401 -- a fixture
+from conftest import check, dynamo_graph
 
 
 def _rand(*shape, seed=0, dtype=torch.float32):
@@ -159,3 +159,29 @@ def test_inductor_failure_on_a_packed_graph_falls_back_to_the_original(monkeypat
         (want * torch.arange(12.0)).sum().backward()
         for p, q in zip(model.parameters(), eager.parameters()):
             torch.testing.assert_close(p.grad, q.grad)
+
+
+# Found: ``as_strided`` reads its input's storage at explicit strides from its storage offset, so its values depend
+# on the input's layout, not only its values; the translator kept it as an opaque op but let its input be rewritten:
+# ``a.tanh()`` of a split piece became a narrow of one batched tanh of the whole input, ``x @ q`` a narrow of one
+# fused GEMM, and ``as_strided`` then read other elements (silently wrong values, both strategies). Now the view
+# chain as_strided reads stays as written (``aliasing.layout_reader_nodes``).
+def _as_strided_of_a_rewritten_piece(x):
+    a, b = x.split(3, 1)
+    return a.tanh().as_strided((2, 2), (3, 1), 1), b.tanh() * 2
+
+
+def _as_strided_of_a_fused_gemm(x, p, q):
+    return torch.matmul(x, p) * 2, torch.matmul(x, q).as_strided((2, 2), (4, 1))
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
+@pytest.mark.parametrize("case", ["piece", "gemm"])
+def test_as_strided_of_a_rewritten_value_reads_eagers_layout(strategy, case):
+
+    options = {name: {"min_fuse_set_size": 2} for name in ("batch_tanh", "batch_gemm_lhs")}
+    if case == "piece":
+        check(_as_strided_of_a_rewritten_piece, [_rand(5, 6)], strategy, pattern_options=options)
+    else:
+        check(_as_strided_of_a_fused_gemm, [_rand(5, 6), _rand(6, 4, seed=1), _rand(6, 4, seed=2)], strategy,
+              pattern_options=options)

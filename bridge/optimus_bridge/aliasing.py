@@ -3,6 +3,7 @@
 * :func:`frozen_nodes`: every node that reads or writes a tensor mutated in place, or an alias of one (graph
   inputs may alias each other);
 * :func:`output_alias_nodes`: the view chains of outputs that overlap in eager, so they keep eager's aliasing;
+* :func:`layout_reader_nodes`: the view chains read by ``as_strided``, so it sees eager's storage and strides;
 * the storages eager shares where dynamo's meta does not (:func:`eager_storage_map`,
   :func:`eager_output_meta`: a dropout that draws nothing returns its input), and :func:`storage_id`, the
   storage identity of a FakeTensor, which lowering's output checks read too.
@@ -177,15 +178,7 @@ def output_alias_nodes(gm: GraphModule, voc=vocab, visible: frozenset | None = N
     remap = eager_storage_map(gm.graph, voc)
 
     def chain(o: Node) -> list[Node]:
-        nodes, n = [o], o
-        own = _storages(meta_val(o), remap)
-        while n.op not in ("placeholder", "get_attr"):
-            src = [a for a in n.all_input_nodes if own & _storages(meta_val(a), remap)]
-            if len(src) != 1:
-                break
-            n = src[0]
-            nodes.append(n)
-        return nodes
+        return _view_chain(o, remap)
 
     keep: set[Node] = set()
     by_storage: dict[int, list[Node]] = defaultdict(list)
@@ -200,6 +193,40 @@ def output_alias_nodes(gm: GraphModule, voc=vocab, visible: frozenset | None = N
             if any(eager[o] is None or eager[k] is None or may_overlap(eager[o], eager[k]) for k in group[:i]):
                 for m in (o, *group[:i]):
                     keep.update(m for m in chain(m) if m.op not in ("placeholder", "get_attr"))
+    return keep
+
+
+def _view_chain(o: Node, remap: dict) -> list[Node]:
+    """``o`` and the nodes it views, walked back through the storages of the FakeTensor meta: from a node to its
+    one tensor input of the same storage, until the node that owns the storage (a fresh result, or an input)."""
+    nodes, n = [o], o
+    own = _storages(meta_val(o), remap)
+    while n.op not in ("placeholder", "get_attr"):
+        src = [a for a in n.all_input_nodes if own & _storages(meta_val(a), remap)]
+        if len(src) != 1:
+            break
+        n = src[0]
+        nodes.append(n)
+    return nodes
+
+
+#: ops whose values depend on their input's storage, strides and storage offset, not only on its values:
+#: ``as_strided`` reads the storage at explicit strides
+_LAYOUT_READERS = (torch.as_strided, torch.ops.aten.as_strided.default)
+
+
+def layout_reader_nodes(gm: GraphModule, voc=vocab) -> set[Node]:
+    """Nodes kept verbatim so that an op that reads its input's storage at explicit strides (``as_strided``)
+    sees eager's storage and layout: the input's view chain back to the node that owns the storage. A rewrite
+    may compute an equal value in another layout (a narrow of a wider tensor: a batched tanh, a fused
+    linear), where ``as_strided`` reads other elements (breaker 1202e: silently wrong values)."""
+    remap = eager_storage_map(gm.graph, voc)
+    keep: set[Node] = set()
+    for n in gm.graph.nodes:
+        reads = (n.op == "call_function" and n.target in _LAYOUT_READERS
+                 or n.op == "call_method" and n.target == "as_strided")
+        if reads and n.args and isinstance(n.args[0], Node):
+            keep.update(m for m in _view_chain(n.args[0], remap) if m.op not in ("placeholder", "get_attr"))
     return keep
 
 
