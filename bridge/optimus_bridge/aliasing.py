@@ -220,14 +220,22 @@ def layout_reader_nodes(gm: GraphModule, voc=vocab) -> set[Node]:
     sees eager's storage and layout: the input's view chain back to the node that owns the storage. A rewrite
     may compute an equal value in another layout (a narrow of a wider tensor: a batched tanh, a fused
     linear), where ``as_strided`` reads other elements (breaker 1202e: silently wrong values)."""
-    remap = eager_storage_map(gm.graph, voc)
     keep: set[Node] = set()
+    for chain in layout_reader_chains(gm, voc).values():
+        keep.update(m for m in chain if m.op not in ("placeholder", "get_attr"))
+    return keep
+
+
+def layout_reader_chains(gm: GraphModule, voc=vocab) -> dict[Node, list[Node]]:
+    """Each ``as_strided`` node of ``gm`` -> the view chain of its input (:func:`_view_chain`; its owner last)."""
+    remap = eager_storage_map(gm.graph, voc)
+    out = {}
     for n in gm.graph.nodes:
         reads = (n.op == "call_function" and n.target in _LAYOUT_READERS
                  or n.op == "call_method" and n.target == "as_strided")
         if reads and n.args and isinstance(n.args[0], Node):
-            keep.update(m for m in _view_chain(n.args[0], remap) if m.op not in ("placeholder", "get_attr"))
-    return keep
+            out[n] = _view_chain(n.args[0], remap)
+    return out
 
 
 def eager_storage_map(graph: torch.fx.Graph, voc=vocab) -> dict[int, int]:
