@@ -183,6 +183,18 @@ def _as_strided_of_an_op_whose_input_changed_layout(x):
     return (torch.cat([p, q], 0) * 3).as_strided((2, 2), (6, 1))
 
 
+def _as_strided_scatter_into_a_rewritten_piece(x, s):
+    # as_strided_scatter writes ``s`` into a copy of its input at explicit strides: the same layout dependence
+    a, b = x.split(3, 1)
+    return torch.as_strided_scatter(a.tanh(), s, (2, 2), (3, 1), 1), b.tanh() * 2
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
+def test_as_strided_scatter_into_a_rewritten_value_writes_eagers_layout(strategy):
+    check(_as_strided_scatter_into_a_rewritten_piece, [_rand(5, 6), _rand(2, 2, seed=1)], strategy,
+          pattern_options={"batch_tanh": {"min_fuse_set_size": 2}})
+
+
 @pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
 @pytest.mark.parametrize("case", ["piece", "gemm", "owner"])
 def test_as_strided_of_a_rewritten_value_reads_eagers_layout(strategy, case):

@@ -211,8 +211,10 @@ def _view_chain(o: Node, remap: dict) -> list[Node]:
 
 
 #: ops whose values depend on their input's storage, strides and storage offset, not only on its values:
-#: ``as_strided`` reads the storage at explicit strides
-_LAYOUT_READERS = (torch.as_strided, torch.ops.aten.as_strided.default)
+#: ``as_strided`` reads the storage at explicit strides, ``as_strided_scatter`` writes a copy of it there
+_LAYOUT_READERS = (torch.as_strided, torch.ops.aten.as_strided.default, torch.as_strided_scatter,
+                   torch.ops.aten.as_strided_scatter.default)
+_LAYOUT_READER_METHODS = ("as_strided", "as_strided_scatter")
 
 
 def layout_reader_nodes(gm: GraphModule, voc=vocab) -> set[Node]:
@@ -227,12 +229,13 @@ def layout_reader_nodes(gm: GraphModule, voc=vocab) -> set[Node]:
 
 
 def layout_reader_chains(gm: GraphModule, voc=vocab) -> dict[Node, list[Node]]:
-    """Each ``as_strided`` node of ``gm`` -> the view chain of its input (:func:`_view_chain`; its owner last)."""
+    """Each ``as_strided`` / ``as_strided_scatter`` node of ``gm`` -> the view chain of its input
+    (:func:`_view_chain`; its owner last)."""
     remap = eager_storage_map(gm.graph, voc)
     out = {}
     for n in gm.graph.nodes:
         reads = (n.op == "call_function" and n.target in _LAYOUT_READERS
-                 or n.op == "call_method" and n.target == "as_strided")
+                 or n.op == "call_method" and n.target in _LAYOUT_READER_METHODS)
         if reads and n.args and isinstance(n.args[0], Node):
             out[n] = _view_chain(n.args[0], remap)
     return out
