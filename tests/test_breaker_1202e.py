@@ -207,3 +207,17 @@ def test_as_strided_of_a_rewritten_value_reads_eagers_layout(strategy, case):
     else:
         c = check(_as_strided_of_an_op_whose_input_changed_layout, [_rand(6, 4)], strategy)
         assert not c.report.ops_after.get("cat"), dict(c.report.ops_after)  # the fold happened
+
+
+def _view_as_another_dtype_of_a_rewritten_piece(x):
+    a, b, c = x.split([1, 2, 3], 1)
+    return a.tanh() * 2, b.tanh().view(torch.float32), c.tanh() * 2
+
+
+# Found: ``view(dtype)`` of another element size needs its input's storage offset divisible; the rewrite made
+# ``b.tanh()`` a narrow at offset 1 of a batched tanh, and lowering failed: the whole graph fell back with a warning.
+# Now a layout reader too (its input stays as written).
+@pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
+def test_view_as_another_dtype_of_a_rewritten_piece_does_not_fall_back(strategy):
+    check(_view_as_another_dtype_of_a_rewritten_piece, [_rand(4, 6, dtype=torch.float16)], strategy, grad=False,
+          pattern_options={"batch_tanh": {"min_fuse_set_size": 2}})

@@ -211,10 +211,19 @@ def _view_chain(o: Node, remap: dict) -> list[Node]:
 
 
 #: ops whose values depend on their input's storage, strides and storage offset, not only on its values:
-#: ``as_strided`` reads the storage at explicit strides, ``as_strided_scatter`` writes a copy of it there
+#: ``as_strided`` reads the storage at explicit strides, ``as_strided_scatter`` writes a copy of it there;
+#: ``view(dtype)`` of another element size needs the storage offset and strides divisible (a narrow of a wider
+#: tensor may not be: lowering failed, and the whole graph fell back)
 _LAYOUT_READERS = (torch.as_strided, torch.ops.aten.as_strided.default, torch.as_strided_scatter,
-                   torch.ops.aten.as_strided_scatter.default)
+                   torch.ops.aten.as_strided_scatter.default, torch.ops.aten.view.dtype)
 _LAYOUT_READER_METHODS = ("as_strided", "as_strided_scatter")
+
+
+def _reads_layout(n: Node) -> bool:
+    if n.op == "call_function":
+        return n.target in _LAYOUT_READERS
+    return n.op == "call_method" and (n.target in _LAYOUT_READER_METHODS or n.target == "view" and len(n.args) == 2
+                                      and isinstance(n.args[1], torch.dtype))
 
 
 def layout_reader_nodes(gm: GraphModule, voc=vocab) -> set[Node]:
@@ -234,9 +243,7 @@ def layout_reader_chains(gm: GraphModule, voc=vocab) -> dict[Node, list[Node]]:
     remap = eager_storage_map(gm.graph, voc)
     out = {}
     for n in gm.graph.nodes:
-        reads = (n.op == "call_function" and n.target in _LAYOUT_READERS
-                 or n.op == "call_method" and n.target in _LAYOUT_READER_METHODS)
-        if reads and n.args and isinstance(n.args[0], Node):
+        if _reads_layout(n) and n.args and isinstance(n.args[0], Node):
             out[n] = _view_chain(n.args[0], remap)
     return out
 
