@@ -178,7 +178,7 @@ def _as_strided_of_a_fused_gemm(x, p, q):
 def _as_strided_of_an_op_whose_input_changed_layout(x):
     # the cat of x.t()'s pieces folds to x.t(): eager's ``a * 3`` is contiguous, the kept mul of the folded
     # input follows its transposed layout; lowering gives the owner of the storage as_strided reads a copy laid
-    # out as eager's (``lower_outputs.fix_layout_readers``)
+    # out as eager's (``lower_outputs.fix_kept_layouts``)
     p, q = x.t().split(2, 0)
     return (torch.cat([p, q], 0) * 3).as_strided((2, 2), (6, 1))
 
@@ -221,3 +221,22 @@ def _view_as_another_dtype_of_a_rewritten_piece(x):
 def test_view_as_another_dtype_of_a_rewritten_piece_does_not_fall_back(strategy):
     check(_view_as_another_dtype_of_a_rewritten_piece, [_rand(4, 6, dtype=torch.float16)], strategy, grad=False,
           pattern_options={"batch_tanh": {"min_fuse_set_size": 2}})
+
+
+
+def _write_through_a_reshape_of_an_op_whose_input_changed_layout(x):
+    p, q = x.t().split(2, 0)
+    t = torch.cat([p, q], 0) * 3
+    y = t.reshape(-1)
+    y.add_(1)
+    return t
+
+
+# Found: ``reshape`` is a view only for some layouts. The mutation kept ``t``'s alias group as written, but ``t``'s
+# input, the cat of x.t()'s pieces, folded to ``x.t()``: the kept ``* 3`` came out transposed, ``reshape`` copied
+# where eager's viewed, and ``y.add_(1)`` no longer reached ``t`` (silently wrong values, both strategies). Now a
+# kept owner whose layout a kept view observes gets a copy laid out as eager's (``lower_outputs.fix_kept_layouts``).
+@pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
+def test_a_write_through_a_reshape_reaches_its_base_as_in_eager(strategy):
+    c = check(_write_through_a_reshape_of_an_op_whose_input_changed_layout, [_rand(6, 4)], strategy, grad=False)
+    assert not c.report.ops_after.get("cat"), dict(c.report.ops_after)  # the fold happened

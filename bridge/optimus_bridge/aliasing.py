@@ -4,6 +4,7 @@
   inputs may alias each other);
 * :func:`output_alias_nodes`: the view chains of outputs that overlap in eager, so they keep eager's aliasing;
 * :func:`layout_reader_nodes`: the view chains read by ``as_strided``, so it sees eager's storage and strides;
+  :func:`observed_owners`: kept nodes whose layout their kept views observe (lowering restores eager's);
 * the storages eager shares where dynamo's meta does not (:func:`eager_storage_map`,
   :func:`eager_output_meta`: a dropout that draws nothing returns its input), and :func:`storage_id`, the
   storage identity of a FakeTensor, which lowering's output checks read too.
@@ -329,3 +330,24 @@ def _storages(val, remap: dict[int, int] | None) -> set[int]:
     vals = val if isinstance(val, (tuple, list)) else (val,)
     return {s for s in (storage_id(v, remap) for v in vals) if s is not None}
 
+
+
+def observed_owners(gm: GraphModule, kept, voc=vocab) -> list[Node]:
+    """Nodes of ``kept`` (copied verbatim by lowering) that own their storage in eager and whose layout a kept user
+    observes: one that shares that storage (a view; ``reshape`` is one only for some layouts, so a rewrite of the
+    owner's inputs into another layout made it a copy, and an in-place write through it no longer reached the
+    owner), or reads it at explicit strides (``as_strided``). Lowering gives such an owner eager's layout."""
+    remap = eager_storage_map(gm.graph, voc)
+    out = []
+    for n in gm.graph.nodes:
+        if n not in kept or n.op not in ("call_function", "call_method", "call_module"):
+            continue
+        val = meta_val(n)
+        own = _storages(val, remap)
+        if not isinstance(val, torch.Tensor) or len(own) != 1:
+            continue
+        if any(own & _storages(meta_val(a), remap) for a in n.all_input_nodes):
+            continue  # a view of its input, not the owner
+        if any(u in kept and (own & _storages(meta_val(u), remap) or _reads_layout(u)) for u in n.users):
+            out.append(n)
+    return out

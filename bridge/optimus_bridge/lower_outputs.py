@@ -15,7 +15,7 @@ import torch
 from torch.fx import Graph, Node
 from torch.fx.experimental.symbolic_shapes import guard_or_false, guard_or_true
 
-from optimus_bridge.aliasing import eager_output_meta, eager_storage_map, layout_reader_chains, storage_id
+from optimus_bridge.aliasing import eager_output_meta, eager_storage_map, observed_owners, storage_id
 from optimus_bridge.fx_meta import is_static_tensor, meta_val
 from optimus_bridge.lower_table import IRLevel, LoweringError, restride_torch
 from optimus_bridge.overlap import may_overlap, non_overlapping, static_layout
@@ -322,35 +322,30 @@ def fix_strides(graph: Graph, old_out: Node, level: IRLevel, copies: frozenset =
     return added
 
 
-def fix_layout_readers(graph: Graph, original: torch.fx.GraphModule, env: dict, level: IRLevel) -> list[Node]:
-    """Give the storage each ``as_strided`` reads eager's layout. Its view chain and the chain's owner (a fresh
-    result) are copied verbatim (:func:`~optimus_bridge.aliasing.layout_reader_nodes`), but the owner's inputs
-    may have been rewritten into another layout, which an elementwise owner follows (``tanh`` of ``x.t()``
-    where eager's input was a contiguous cat): such an owner gets a copy laid out as eager's (the copy owns a
-    storage of the same elements, as eager's does), which the chain then reads. ``env``: original node ->
-    its copy. Returns the nodes added and the readers whose meta is now stale, in graph order.
+
+def fix_kept_layouts(graph: Graph, original: torch.fx.GraphModule, env: dict, level: IRLevel) -> bool:
+    """Give each kept owner of a storage whose layout a kept view or ``as_strided`` observes
+    (:func:`~optimus_bridge.aliasing.observed_owners`) eager's layout. The owner is copied verbatim, but its
+    inputs may have been rewritten into another layout, which an elementwise owner follows (``x.t() * 3`` where
+    eager's input was a contiguous cat): then ``reshape`` copies where eager's viewed (an in-place write through
+    it no longer reached the owner) and ``as_strided`` reads other elements. Such an owner gets a copy laid out
+    as eager's (a storage of the same elements, as eager's own), which all its users read. ``env``: original
+    node -> its copy. Returns whether it added a copy (the caller propagates the meta again).
 
     Raises:
-        LoweringError: eager's layout of the owner is one no copy can have.
+        LoweringError: eager's layout of such an owner is one no copy can have.
     """
-    added: list[Node] = []
-    for reader, chain in layout_reader_chains(original).items():
-        owner = chain[-1]
-        if owner.op in ("placeholder", "get_attr") or owner not in env or reader not in env:
-            continue
-        ov, nv = meta_val(owner), meta_val(env[owner])
-        if not isinstance(ov, torch.Tensor) or not isinstance(nv, torch.Tensor):
-            continue
-        if tuple(ov.stride()) == tuple(nv.stride()) and ov.storage_offset() == nv.storage_offset():
+    changed = False
+    for owner in observed_owners(original, env):
+        new = env[owner]
+        ov, nv = meta_val(owner), meta_val(new)
+        if not isinstance(nv, torch.Tensor) or (
+                tuple(ov.stride()) == tuple(nv.stride()) and ov.storage_offset() == nv.storage_offset()):
             continue
         if not (ov.is_contiguous() or _restridable(ov, level) or dense_order(ov) is not None):
-            raise LoweringError(f"{reader.name} reads {owner.name}'s storage, whose layout changed")
-        new_owner = env[owner]
-        with graph.inserting_after(new_owner):
-            nodes = _copy_like(graph, new_owner, ov, level)
-        first = env[chain[-2]] if len(chain) > 1 else env[reader]
-        first.replace_input_with(new_owner, nodes[-1])
-        added.extend(nodes)
-        added.extend(env[m] for m in reversed(chain[:-1]))
-        added.append(env[reader])
-    return added
+            raise LoweringError(f"{owner.name}'s layout is observed by a kept view and changed")
+        with graph.inserting_after(new):
+            nodes = _copy_like(graph, new, ov, level)
+        new.replace_all_uses_with(nodes[-1], delete_user_cb=lambda u: u not in nodes)
+        changed = True
+    return changed
