@@ -3,6 +3,8 @@
 * :func:`frozen_nodes`: every node that reads or writes a tensor mutated in place, or an alias of one (graph
   inputs may alias each other);
 * :func:`output_alias_nodes`: the view chains of outputs that overlap in eager, so they keep eager's aliasing;
+* :func:`layout_reader_nodes`: the view chains read by ``as_strided``, so it sees eager's storage and strides;
+  :func:`observed_owners`: kept nodes whose layout their kept views observe (lowering restores eager's);
 * the storages eager shares where dynamo's meta does not (:func:`eager_storage_map`,
   :func:`eager_output_meta`: a dropout that draws nothing returns its input), and :func:`storage_id`, the
   storage identity of a FakeTensor, which lowering's output checks read too.
@@ -177,15 +179,7 @@ def output_alias_nodes(gm: GraphModule, voc=vocab, visible: frozenset | None = N
     remap = eager_storage_map(gm.graph, voc)
 
     def chain(o: Node) -> list[Node]:
-        nodes, n = [o], o
-        own = _storages(meta_val(o), remap)
-        while n.op not in ("placeholder", "get_attr"):
-            src = [a for a in n.all_input_nodes if own & _storages(meta_val(a), remap)]
-            if len(src) != 1:
-                break
-            n = src[0]
-            nodes.append(n)
-        return nodes
+        return _view_chain(o, remap)
 
     keep: set[Node] = set()
     by_storage: dict[int, list[Node]] = defaultdict(list)
@@ -201,6 +195,58 @@ def output_alias_nodes(gm: GraphModule, voc=vocab, visible: frozenset | None = N
                 for m in (o, *group[:i]):
                     keep.update(m for m in chain(m) if m.op not in ("placeholder", "get_attr"))
     return keep
+
+
+def _view_chain(o: Node, remap: dict) -> list[Node]:
+    """``o`` and the nodes it views, walked back through the storages of the FakeTensor meta: from a node to its
+    one tensor input of the same storage, until the node that owns the storage (a fresh result, or an input)."""
+    nodes, n = [o], o
+    own = _storages(meta_val(o), remap)
+    while n.op not in ("placeholder", "get_attr"):
+        src = [a for a in n.all_input_nodes if own & _storages(meta_val(a), remap)]
+        if len(src) != 1:
+            break
+        n = src[0]
+        nodes.append(n)
+    return nodes
+
+
+#: ops whose values depend on their input's storage, strides and storage offset, not only on its values:
+#: ``as_strided`` reads the storage at explicit strides, ``as_strided_scatter`` writes a copy of it there;
+#: ``view(dtype)`` of another element size needs the storage offset and strides divisible (a narrow of a wider
+#: tensor may not be: lowering failed, and the whole graph fell back)
+_LAYOUT_READERS = (torch.as_strided, torch.ops.aten.as_strided.default, torch.as_strided_scatter,
+                   torch.ops.aten.as_strided_scatter.default, torch.ops.aten.view.dtype)
+_LAYOUT_READER_METHODS = ("as_strided", "as_strided_scatter")
+
+
+def _reads_layout(n: Node) -> bool:
+    if n.op == "call_function":
+        return n.target in _LAYOUT_READERS
+    return n.op == "call_method" and (n.target in _LAYOUT_READER_METHODS or n.target == "view" and len(n.args) == 2
+                                      and isinstance(n.args[1], torch.dtype))
+
+
+def layout_reader_nodes(gm: GraphModule, voc=vocab) -> set[Node]:
+    """Nodes kept verbatim so that an op that reads its input's storage at explicit strides (``as_strided``)
+    sees eager's storage and layout: the input's view chain back to the node that owns the storage. A rewrite
+    may compute an equal value in another layout (a narrow of a wider tensor: a batched tanh, a fused
+    linear), where ``as_strided`` reads other elements (breaker 1202e: silently wrong values)."""
+    keep: set[Node] = set()
+    for chain in layout_reader_chains(gm, voc).values():
+        keep.update(m for m in chain if m.op not in ("placeholder", "get_attr"))
+    return keep
+
+
+def layout_reader_chains(gm: GraphModule, voc=vocab) -> dict[Node, list[Node]]:
+    """Each ``as_strided`` / ``as_strided_scatter`` node of ``gm`` -> the view chain of its input
+    (:func:`_view_chain`; its owner last)."""
+    remap = eager_storage_map(gm.graph, voc)
+    out = {}
+    for n in gm.graph.nodes:
+        if _reads_layout(n) and n.args and isinstance(n.args[0], Node):
+            out[n] = _view_chain(n.args[0], remap)
+    return out
 
 
 def eager_storage_map(graph: torch.fx.Graph, voc=vocab) -> dict[int, int]:
@@ -284,3 +330,24 @@ def _storages(val, remap: dict[int, int] | None) -> set[int]:
     vals = val if isinstance(val, (tuple, list)) else (val,)
     return {s for s in (storage_id(v, remap) for v in vals) if s is not None}
 
+
+
+def observed_owners(gm: GraphModule, kept, voc=vocab) -> list[Node]:
+    """Nodes of ``kept`` (copied verbatim by lowering) that own their storage in eager and whose layout a kept user
+    observes: one that shares that storage (a view; ``reshape`` is one only for some layouts, so a rewrite of the
+    owner's inputs into another layout made it a copy, and an in-place write through it no longer reached the
+    owner), or reads it at explicit strides (``as_strided``). Lowering gives such an owner eager's layout."""
+    remap = eager_storage_map(gm.graph, voc)
+    out = []
+    for n in gm.graph.nodes:
+        if n not in kept or n.op not in ("call_function", "call_method", "call_module"):
+            continue
+        val = meta_val(n)
+        own = _storages(val, remap)
+        if not isinstance(val, torch.Tensor) or len(own) != 1:
+            continue
+        if any(own & _storages(meta_val(a), remap) for a in n.all_input_nodes):
+            continue  # a view of its input, not the owner
+        if any(u in kept and (own & _storages(meta_val(u), remap) or _reads_layout(u)) for u in n.users):
+            out.append(n)
+    return out

@@ -133,7 +133,8 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
             warnings.warn(f"optimus_eq: Inductor failed on the optimized graph ({type(exc).__name__}: {exc}); "
                           "compiling the original graph", stacklevel=2)
             report.fallback = f"inductor failed: {type(exc).__name__}: {exc}"
-            return compile_fx(gm, example_inputs, config_patches=patches)
+            return compile_fx(gm, packs.unpacked_inputs(example_inputs) if packs else example_inputs,
+                              config_patches=patches)
 
     return optimus_eq_backend
 

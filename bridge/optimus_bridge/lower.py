@@ -24,7 +24,7 @@ from torch.fx import Graph, GraphModule, Node
 from optimus_bridge.grad_facts import gradient_info
 from optimus_bridge.lower_grad import keep_gradient_paths
 from optimus_bridge.lower_meta import propagate_meta
-from optimus_bridge.lower_outputs import distinct_outputs, fix_strides, unalias_outputs
+from optimus_bridge.lower_outputs import distinct_outputs, fix_kept_layouts, fix_strides, unalias_outputs
 from optimus_bridge.lower_random import fix_random_inputs
 from optimus_bridge.lower_table import (INSIDE_INDUCTOR, TORCH_IR, IRLevel, LoweringError, SplitGroup, call_function,
                                         split_groups, squeezed_dims)
@@ -340,6 +340,8 @@ class Lowerer:
         added = fix_random_inputs(self.graph, self.env, self.level)  # kept random ops draw over eager's layout
         if added:
             propagate_meta(self.graph, self.t.gm, self.t.gm, lambda n: True, only=added, memo=memo)
+        if fix_kept_layouts(self.graph, self.t.gm, self.env, self.level):  # kept views see eager's layout (rare)
+            propagate_meta(self.graph, self.t.gm, self.t.gm, lambda n: n not in copies, memo=memo)
         storages: dict = {}  # the inputs' storages, read once for both checks
         fixes = (partial(unalias_outputs, visible=self.t.visible_outputs, internal=self.t.internal_outputs,
                          memo=storages),

@@ -15,7 +15,7 @@ import torch
 from torch.fx import Graph, Node
 from torch.fx.experimental.symbolic_shapes import guard_or_false, guard_or_true
 
-from optimus_bridge.aliasing import eager_output_meta, eager_storage_map, storage_id
+from optimus_bridge.aliasing import eager_output_meta, eager_storage_map, observed_owners, storage_id
 from optimus_bridge.fx_meta import is_static_tensor, meta_val
 from optimus_bridge.lower_table import IRLevel, LoweringError, restride_torch
 from optimus_bridge.overlap import may_overlap, non_overlapping, static_layout
@@ -204,16 +204,52 @@ def _restridable(like: torch.Tensor, level: IRLevel) -> bool:
     return level.restride is not None and static_layout(like) and non_overlapping(like)
 
 
+def _hint(n):
+    """An int, or a backed SymInt's example value (None when it has none: an unbacked size)."""
+    return n if type(n) is int else getattr(n.node, "hint", None)
+
+
+def dense_order(like: torch.Tensor) -> list[int] | None:
+    """The dims of ``like``, outermost first, when its layout is a permutation of a contiguous one (each
+    stride of a dim of size > 1 the product of the sizes of the dims inside it: no gap, no overlap), for
+    symbolic sizes too (decided without guards: ``statically_known_true``); else None. A symbolic batch makes
+    a transposed output's layout symbolic, which ``restride`` cannot take (``x.t()`` of a new tensor: eager's
+    strides ``(1, s0)``)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    sizes, strides = list(like.shape), list(like.stride())
+    units = [d for d in range(len(sizes)) if statically_known_true(sizes[d] == 1)]
+    rest = [d for d in range(len(sizes)) if d not in units]
+    hints = [_hint(strides[d]) for d in rest]
+    if any(h is None for h in hints) or len(set(hints)) != len(hints):
+        return None
+    order = [d for _, d in sorted(zip(hints, rest), reverse=True)]
+    inner = 1
+    for d in reversed(order):
+        if not statically_known_true(strides[d] == inner):
+            return None
+        inner = inner * sizes[d]
+    return units + order
+
+
 def _copy_like(graph: Graph, value: Node, like: torch.Tensor, level: IRLevel) -> list[Node]:
     """Nodes computing a fresh tensor equal to ``value`` laid out like ``like`` (eager's output): a contiguous
     clone, or ``level.restride`` (Torch-IR: ``value.new_empty_strided(shape, strides).copy_(value)``) for any
-    other non-overlapping layout (gaps included: a view into a larger buffer). Expanded or symbolic layouts,
-    and levels without ``restride``, get a ``preserve_format`` clone (the caller checks the strides).
+    other non-overlapping layout (gaps included: a view into a larger buffer); a symbolic layout that permutes a
+    contiguous one (:func:`dense_order`), a permuted contiguous clone permuted back. Other expanded or symbolic
+    layouts, and levels without ``restride``, get a ``preserve_format`` clone (the caller checks the strides).
     Inserted at the graph's insert point; returns the new nodes, the result last."""
     if like.is_contiguous():
         return [level.clone(graph, value, torch.contiguous_format)]
     if not _restridable(like, level):
-        return [level.clone(graph, value, torch.preserve_format)]
+        order = dense_order(like)
+        if order is None:
+            return [level.clone(graph, value, torch.preserve_format)]
+        # a permutation of a contiguous layout (symbolic sizes): permute, contiguous clone, permute back
+        inverse = [order.index(d) for d in range(len(order))]
+        moved = level.views["Permute"](graph, value, (order,))
+        copied = level.clone(graph, moved, torch.contiguous_format)
+        return [moved, copied, level.views["Permute"](graph, copied, (inverse,))]
     return level.restride(graph, value, tuple(like.shape), tuple(like.stride()))
 
 
@@ -227,8 +263,9 @@ def fix_strides(graph: Graph, old_out: Node, level: IRLevel, copies: frozenset =
 
     Raises:
         LoweringError: an output changed shape or dtype, or its layout cannot be reproduced (eager's is
-            expanded or overlapping, or symbolic, or the level has no ``restride``, or the output shares
-            storage with an input or another output in eager, which a copy would lose).
+            expanded or overlapping, or symbolic other than a permuted contiguous layout, or the level has no
+            ``restride``, or the output shares storage with an input or another output in eager, which a copy
+            would lose).
     """
     new_out = next(n for n in reversed(graph.nodes) if n.op == "output")
     old, new = _flat_nodes(old_out.args[0]), _flat_nodes(new_out.args[0])
@@ -258,7 +295,7 @@ def fix_strides(graph: Graph, old_out: Node, level: IRLevel, copies: frozenset =
                                 f"{tuple(nv.shape)} {nv.dtype}")
         # guard_or_*: a data-dependent (unbacked) size, e.g. after nonzero, is never guarded on (it raised)
         if guard_or_true(ov.numel() > 1) and _observable_strides(ov) != _observable_strides(nv):
-            if not ov.is_contiguous() and not _restridable(ov, level):
+            if not ov.is_contiguous() and not _restridable(ov, level) and dense_order(ov) is None:
                 raise LoweringError(f"output {i} strides {nv.stride()} differ from eager's {ov.stride()}")
             if shares[i]:  # a copy would no longer share storage with them (a view of an input, y and y[1:])
                 raise LoweringError(f"output {i} strides {nv.stride()} differ from eager's {ov.stride()}, and it "
@@ -283,3 +320,32 @@ def fix_strides(graph: Graph, old_out: Node, level: IRLevel, copies: frozenset =
             replace_output_at(new_out, i, c)
             added.append(c)
     return added
+
+
+
+def fix_kept_layouts(graph: Graph, original: torch.fx.GraphModule, env: dict, level: IRLevel) -> bool:
+    """Give each kept owner of a storage whose layout a kept view or ``as_strided`` observes
+    (:func:`~optimus_bridge.aliasing.observed_owners`) eager's layout. The owner is copied verbatim, but its
+    inputs may have been rewritten into another layout, which an elementwise owner follows (``x.t() * 3`` where
+    eager's input was a contiguous cat): then ``reshape`` copies where eager's viewed (an in-place write through
+    it no longer reached the owner) and ``as_strided`` reads other elements. Such an owner gets a copy laid out
+    as eager's (a storage of the same elements, as eager's own), which all its users read. ``env``: original
+    node -> its copy. Returns whether it added a copy (the caller propagates the meta again).
+
+    Raises:
+        LoweringError: eager's layout of such an owner is one no copy can have.
+    """
+    changed = False
+    for owner in observed_owners(original, env):
+        new = env[owner]
+        ov, nv = meta_val(owner), meta_val(new)
+        if not isinstance(nv, torch.Tensor) or (
+                tuple(ov.stride()) == tuple(nv.stride()) and ov.storage_offset() == nv.storage_offset()):
+            continue
+        if not (ov.is_contiguous() or _restridable(ov, level) or dense_order(ov) is not None):
+            raise LoweringError(f"{owner.name}'s layout is observed by a kept view and changed")
+        with graph.inserting_after(new):
+            nodes = _copy_like(graph, new, ov, level)
+        new.replace_all_uses_with(nodes[-1], delete_user_cb=lambda u: u not in nodes)
+        changed = True
+    return changed

@@ -271,6 +271,13 @@ class ParameterPacks:
                 out.append(buffer)
         return out
 
+    def unpacked_inputs(self, example_inputs: Sequence[Any]) -> list[Any]:
+        """Example inputs for compiling the graph before packing (the backend's fallback when Inductor fails on
+        the packed one): each packed parameter a detached alias, as :func:`pack_parameters` gives a kept one
+        (it moved into its buffer after Dynamo fakified it; AOTAutograd's check of its storage offset fails)."""
+        moved = {i for p in self.packs for i in p.positions}
+        return [_fresh_example(x) if i in moved else x for i, x in enumerate(example_inputs)]
+
     def _refresh(self, args: Sequence[Any], grad_on: bool) -> list[torch.Tensor]:
         """Inputs for a call whose parameters moved: re-pack those that qualify, compute the rest."""
         out = []

@@ -27,7 +27,8 @@ Left exactly as they are (opaque, their FX node is copied at lowering): ops outs
 nodes whose dims or sizes are not plain ints, and every node that
 reads or writes a tensor that is mutated in place (or an alias of it; graph inputs may alias each other,
 :func:`~optimus_bridge.aliasing.frozen_nodes`), so no rewrite changes what a mutation sees, the view chains of
-outputs that overlap in eager (:func:`~optimus_bridge.aliasing.output_alias_nodes`), and every node from the
+outputs that overlap in eager (:func:`~optimus_bridge.aliasing.output_alias_nodes`), the view chains that
+``as_strided`` reads (:func:`~optimus_bridge.aliasing.layout_reader_nodes`), and every node from the
 first to the last global-state change (``no_grad``, autocast, inference mode), so no op moves into or out of
 such a region or merges across it; values computed before the region are emitted before it
 (``Translation.barriers``).
@@ -39,8 +40,8 @@ import torch
 from torch.fx import GraphModule, Node
 
 from optimus_bridge import vocab
-from optimus_bridge.aliasing import (eager_output_meta, eager_storage_map, frozen_nodes, output_alias_nodes,
-                                     storage_id)
+from optimus_bridge.aliasing import (eager_output_meta, eager_storage_map, frozen_nodes, layout_reader_nodes,
+                                     output_alias_nodes, storage_id)
 from optimus_bridge.fx_meta import Unsupported, is_static_tensor, meta_val
 from optimus_bridge.normalize import Normalization
 from optimus_bridge.translation import RowWriter, Translation
@@ -94,6 +95,7 @@ class Translator(Normalization, RowWriter):
             t.internal_outputs = frozenset(range(len(flat))) - t.visible_outputs
         if self.keeps_output_aliasing:
             t.frozen |= output_alias_nodes(self.gm, self.vocab, t.visible_outputs)
+        t.frozen |= layout_reader_nodes(self.gm, self.vocab)
         for node in self.gm.graph.nodes:
             if node.op == "output":
                 self._output(node)

@@ -146,9 +146,10 @@ def linear_lhs_key(m):
         x, wt, b = _linear_parts(m)
     except ValueError:
         return None
-    if not m.in_shapes[wt] or m.in_shapes[wt][0] == 0:
+    if not m.in_shapes[wt] or m.in_shapes[wt][0] <= 0:
         # no output features: nothing to fuse, and the weight cat drops the empty weight (which then gets no
-        # gradient where eager gives it an empty one)
+        # gradient where eager gives it an empty one); or a symbolic count (a token < 0, a weight that is a graph
+        # input under dynamic=True): the narrows of the fused output need static starts and lengths
         return None
     return ("batch_linear_lhs", m.inputs[x], m.in_shapes[x], b is not None, m.types)
 
