@@ -110,7 +110,8 @@ def fit(rows: list[dict], launch: float, base: GPUCostModel, grid: dict | None =
     check = math.sqrt(sum(math.log(predict(m, p, launch) / p["us"]) ** 2 for p in pts) / len(pts))
     assert abs(check - math.sqrt(err)) < 1e-6, (check, err)  # the vectorized formula is the model's
     edges = {k: (min(v), max(v)) for k, v in grid.items()}
-    at_bound = [f for f, v in out.items()
+    in_grid = {**out, "gemm_flops_per_us": out["gemm_flops_per_us"] / 1e6}  # the grid's unit: TFLOP/s
+    at_bound = [f for f, v in in_grid.items()
                 if (v == edges[f][1] or (v == edges[f][0] and v != 0)) and len(grid[f]) > 1
                 and not (f == "bmm_tile" and out["bmm_half_tiles"] == 0)]
     out["gemm_flops_per_us"] = float(out["gemm_flops_per_us"])

@@ -52,6 +52,9 @@ def test_an_optimum_at_an_edge_of_the_grid_is_flagged_but_not_at_zero():
     fitted = gemm_fit.fit(_rows(true, 3.0), 3.0, GPUCostModel.cudagraph(), GRID)
     assert fitted["bmm_efficiency"] == 1.0 and "bmm_efficiency" in fitted["at_bound"]
     assert "gemm_half_k" not in fitted["at_bound"]
+    fast = dataclasses.replace(true, gemm_flops_per_us=60e6, bmm_efficiency=0.9)  # above the grid's 50 TFLOP/s
+    fitted = gemm_fit.fit(_rows(fast, 3.0), 3.0, GPUCostModel.cudagraph(), GRID)
+    assert fitted["gemm_flops_per_us"] == 50e6 and "gemm_flops_per_us" in fitted["at_bound"]
 
 
 def test_accuracy_rows_are_the_eager_forms_of_each_group():
