@@ -11,7 +11,8 @@ in-graph launch included, as the CUDA-graph cost model counts it):
   separate, wide and bmm, forward (``linear`` / ``addmm`` / ``bmm``) and backward (the GEMMs of
   derivatives.yaml: ``dX = dY @ W``, ``dW = dY^T @ X``, and their bmm forms), plus the stack of the
   members' inputs that a bmm form needs;
-* a sweep of single GEMMs ``[M, K] @ [K, N]`` (M 4096; N and K 1..4096) for the fit.
+* a sweep of single GEMMs ``[M, K] @ [K, N]`` (M 4096; N and K 1..4096) for the fit, and of weight-gradient
+  shapes (small outputs over a long K: ``[64, 4096] @ [4096, 64]`` ...) as mm and bmm of 2 to 32.
 
 Then it fits ``GPUCostModel``'s GEMM constants (``cost.GEMM_FIELDS``; ``gemm_fit.fit``: grid search, least squares
 of log time, the per-kernel in-graph cost measured by a 1x1x1 GEMM subtracted; ``at_bound`` names constants at an
@@ -178,7 +179,8 @@ def time_group(grp: dict, t, device: str) -> list[dict]:
 
 
 def sweep(t, device: str, quick: bool) -> list[dict]:
-    """Single GEMMs ``[4096, K] @ [K, N]`` (N, K in 1..4096) and bmm of 4 of them."""
+    """Single GEMMs ``[4096, K] @ [K, N]`` (N, K in 1..4096) and bmm of 4 of them; weight-gradient shapes
+    ``[R, K] @ [K, N]`` (R, N 32..415, K 2048..8192) and bmm of 2 to 32 of them."""
     rows = []
     M = 4096
     ns = (1, 4, 64, 256, 415, 1024) if not quick else (4, 64, 415)
@@ -192,6 +194,17 @@ def sweep(t, device: str, quick: bool) -> list[dict]:
             a4, b4 = torch.randn(4, M, K, **opts), torch.randn(4, K, N, **opts)
             rows.append({"form": "bmm", "phase": "sweep", "us": t(lambda: torch.bmm(a4, b4)),
                          "calls": [call(4, M, N, K, True)], "other_kernels": 0})
+    # weight-gradient shapes: few output tiles over a long K, where cuBLAS splits K of an mm but not of a bmm
+    # (cost.GPUCostModel's bmm_tile / bmm_half_tiles)
+    wgrads = ((64, 64, 4096), (32, 32, 2048), (64, 64, 2048), (415, 64, 4096), (128, 128, 8192))
+    for R, N, K in (wgrads if not quick else wgrads[:1]):
+        a, b = torch.randn(R, K, **opts), torch.randn(K, N, **opts)
+        rows.append({"form": "mm", "phase": "sweep_wgrad", "us": t(lambda: a @ b), "calls": [call(1, R, N, K)],
+                     "other_kernels": 0})
+        for n in (2, 4, 8, 32) if not quick else (4,):
+            an, bn = torch.randn(n, R, K, **opts), torch.randn(n, K, N, **opts)
+            rows.append({"form": "bmm", "phase": "sweep_wgrad", "us": t(lambda: torch.bmm(an, bn)),
+                         "calls": [call(n, R, N, K, True)], "other_kernels": 0})
     return rows
 
 
