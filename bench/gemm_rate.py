@@ -11,16 +11,24 @@ in-graph launch included, as the CUDA-graph cost model counts it):
   separate, wide and bmm, forward (``linear`` / ``addmm`` / ``bmm``) and backward (the GEMMs of
   derivatives.yaml: ``dX = dY @ W``, ``dW = dY^T @ X``, and their bmm forms), plus the stack of the
   members' inputs that a bmm form needs;
-* a sweep of single GEMMs ``[M, K] @ [K, N]`` (M 4096; N and K 1..4096) for the fit.
+* a sweep of single GEMMs ``[M, K] @ [K, N]`` (M 4096; N and K 1..4096) for the fit, and of weight-gradient
+  shapes (small outputs over a long K: ``[64, 4096] @ [4096, 64]`` ...) as mm and bmm of 2 to 32.
 
-Then it fits ``GPUCostModel``'s ``gemm_flops_per_us``, ``gemm_half_mn``, ``gemm_half_k`` and ``bmm_efficiency``
-(grid search, least squares of log time, the per-kernel in-graph cost measured by a 1x1x1 GEMM subtracted)
+Then it fits ``GPUCostModel``'s GEMM constants (``cost.GEMM_FIELDS``; ``gemm_fit.fit``: grid search, least squares
+of log time, the per-kernel in-graph cost measured by a 1x1x1 GEMM subtracted; ``at_bound`` names constants at an
+edge of the grid)
 and writes ``DIR/gemm_rate.json``: ``{"device", "torch", "gemm": {fit}, "rows": [...], "groups": [...]}``.
 Load it with ``GPUCostModel.with_gemm_rate("DIR/gemm_rate.json")`` (or merge its ``gemm`` into an
 ``optimus-eq calibrate`` record: ``GPUCostModel.from_calibration`` reads it there). It also prints, per group,
 measured separate vs batched against the default and the fitted model's prediction.
 
     PYTHONPATH=/tmp/site:$PWD/src:$PWD/bridge:$PWD/bench python3 bench/gemm_rate.py --out DIR
+
+Fit again on CPU from saved records, several together (``gemm_fit.refit``; prints each model's ranking of
+separate vs batched forms per group against the measured one):
+
+    PYTHONPATH=src:bridge:bench python bench/gemm_rate.py --refit DIR/gemm_rate.json OLD/gemm_accuracy.json \
+        --out FIT.json
 
 About a minute of GPU time on an H200 (``--quick``: the sweep and DLRM only). ``--device cpu`` runs the same
 code without CUDA graphs (wall-clock timing; a smoke test, not a calibration).
@@ -32,13 +40,13 @@ import argparse
 import dataclasses
 import itertools
 import json
-import math
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from gemm_fit import call, fit, predict, refit
 from optimus_eq.cost import GEMM_FIELDS, GPUCostModel
 
 MODELS = ("dlrm", "dhen", "launch_bound")
@@ -126,10 +134,6 @@ def groups_of(linears: list[dict]) -> list[dict]:
     return out
 
 
-def call(batch, rows, cols, inner, batched=False) -> list:
-    return [int(batch), int(rows), int(cols), int(inner), bool(batched)]
-
-
 def time_group(grp: dict, t, device: str) -> list[dict]:
     """Rows (form, phase, us, GEMM calls) of one group: separate, and wide (lhs) or bmm in both forms."""
     ms = grp["members"]
@@ -175,7 +179,8 @@ def time_group(grp: dict, t, device: str) -> list[dict]:
 
 
 def sweep(t, device: str, quick: bool) -> list[dict]:
-    """Single GEMMs ``[4096, K] @ [K, N]`` (N, K in 1..4096) and bmm of 4 of them."""
+    """Single GEMMs ``[4096, K] @ [K, N]`` (N, K in 1..4096) and bmm of 4 of them; weight-gradient shapes
+    ``[R, K] @ [K, N]`` (R, N 32..415, K 2048..8192) and bmm of 2 to 32 of them."""
     rows = []
     M = 4096
     ns = (1, 4, 64, 256, 415, 1024) if not quick else (4, 64, 415)
@@ -189,56 +194,29 @@ def sweep(t, device: str, quick: bool) -> list[dict]:
             a4, b4 = torch.randn(4, M, K, **opts), torch.randn(4, K, N, **opts)
             rows.append({"form": "bmm", "phase": "sweep", "us": t(lambda: torch.bmm(a4, b4)),
                          "calls": [call(4, M, N, K, True)], "other_kernels": 0})
+    # weight-gradient shapes: few output tiles over a long K, where cuBLAS splits K of an mm but not of a bmm
+    # (cost.GPUCostModel's bmm_tile / bmm_half_tiles)
+    wgrads = ((64, 64, 4096), (32, 32, 2048), (64, 64, 2048), (415, 64, 4096), (128, 128, 8192))
+    for R, N, K in (wgrads if not quick else wgrads[:1]):
+        a, b = torch.randn(R, K, **opts), torch.randn(K, N, **opts)
+        rows.append({"form": "mm", "phase": "sweep_wgrad", "us": t(lambda: a @ b), "calls": [call(1, R, N, K)],
+                     "other_kernels": 0})
+        for n in (2, 4, 8, 32) if not quick else (4,):
+            an, bn = torch.randn(n, R, K, **opts), torch.randn(n, K, N, **opts)
+            rows.append({"form": "bmm", "phase": "sweep_wgrad", "us": t(lambda: torch.bmm(an, bn)),
+                         "calls": [call(n, R, N, K, True)], "other_kernels": 0})
     return rows
-
-
-def predict(model: GPUCostModel, row: dict, launch: float) -> float:
-    """The model's time of one row: per GEMM call, ``launch`` plus :meth:`GPUCostModel.gemm_us` with its bytes."""
-    total = launch * row.get("other_kernels", 0)
-    for batch, r, c, k, batched in row["calls"]:
-        moved = batch * (r * k + k * c + r * c)
-        total += launch + model.gemm_us(r, c, k, batch, batched, moved)
-    return total
-
-
-def fit(rows: list[dict], launch: float, base: GPUCostModel) -> dict:
-    """Grid search of the GEMM constants minimizing the mean squared log error over the rows with GEMMs (the
-    formula of :meth:`GPUCostModel.gemm_us`, vectorized over the grid's rates; checked against it below)."""
-    import numpy as np
-
-    pts = [r for r in rows if r["calls"] and r["us"] > 0]
-    calls = [(i, *c) for i, r in enumerate(pts) for c in r["calls"]]
-    idx = np.array([c[0] for c in calls])
-    b, r, c, k = (np.array([x[j] for x in calls], dtype=float) for j in (1, 2, 3, 4))
-    batched = np.array([x[5] for x in calls])
-    flops = 2 * b * r * c * k
-    t_bytes = b * (r * k + k * c + r * c) * base.itemsize / base.bytes_per_us
-    gemv = (np.minimum(r, c) <= 1) | (k <= 0)
-    fixed = np.array([launch * (len(p["calls"]) + p.get("other_kernels", 0)) for p in pts])
-    meas = np.array([p["us"] for p in pts])
-    peaks = np.arange(20, 72, 2) * 1e6
-    best = None
-    for h, hk, be in itertools.product((4, 8, 16, 24, 32, 40, 48, 64, 96, 128), (0, 8, 16, 32, 48, 64, 96, 128, 192, 256),
-                                       (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 1.0)):
-        eff = r / (r + h) * c / (c + h) * k / (k + hk) * np.where(batched, be, 1.0)
-        t_flops = flops[None, :] / (peaks[:, None] * np.maximum(eff, 1e-12)[None, :])
-        t_call = np.where(gemv[None, :], t_bytes[None, :], np.maximum(t_flops, t_bytes[None, :]))
-        pred = fixed[None, :] + np.stack([np.bincount(idx, weights=row, minlength=len(pts)) for row in t_call])
-        err = np.mean(np.log(pred / meas[None, :]) ** 2, axis=1)
-        j = int(np.argmin(err))
-        if best is None or err[j] < best[0]:
-            best = (float(err[j]), float(peaks[j]), h, hk, be)
-    err, peak, h, hk, be = best
-    m = dataclasses.replace(base, gemm_flops_per_us=peak, gemm_half_mn=h, gemm_half_k=hk, bmm_efficiency=be)
-    check = math.sqrt(sum(math.log(predict(m, p, launch) / p["us"]) ** 2 for p in pts) / len(pts))
-    assert abs(check - math.sqrt(err)) < 1e-6, (check, err)  # the vectorized formula is the model's
-    return {"gemm_flops_per_us": peak, "gemm_half_mn": h, "gemm_half_k": hk, "bmm_efficiency": be,
-            "launch_us_in_graph": launch, "rms_log_error": math.sqrt(err), "points": len(pts)}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, help="directory for gemm_rate.json")
+    ap.add_argument("--out", help="directory for gemm_rate.json (with --refit: the JSON file to write)")
+    ap.add_argument("--refit", nargs="+", metavar="FILE",
+                    help="measure nothing: fit again to saved gemm_rate.json / gemm_accuracy.json records together "
+                         "and print the decisions table (gemm_fit.refit)")
+    ap.add_argument("--eager-launch-us", type=float, default=20.0, help="--refit: per-call eager overhead of "
+                    "gemm_accuracy.json rows")
+    ap.add_argument("--min-us", type=float, default=100.0, help="--refit: gemm_accuracy.json rows of at least this")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--size", default="gpu")
     ap.add_argument("--models", nargs="+", default=list(MODELS))
@@ -246,6 +224,11 @@ def main(argv=None) -> int:
     ap.add_argument("--replays", type=int, default=10)
     ap.add_argument("--quick", action="store_true", help="a smaller sweep, DLRM only")
     a = ap.parse_args(argv)
+    if a.refit:
+        refit(a.refit, a.out, a.eager_launch_us, a.min_us)
+        return 0
+    if not a.out:
+        ap.error("--out is required (or --refit)")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     t = timer(a.device, a.reps, a.replays)

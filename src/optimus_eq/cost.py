@@ -22,8 +22,11 @@ cost(e-node) = kernels * launch_us + bytes / bytes_per_us   (microseconds)
 * **extern GEMMs** (``mm``, ``addmm``, ``bmm``, ``baddbmm``, the batched linear's ``bmm_add``, ``linear``,
   ``matmul``: :data:`GEMM_OPS`) are priced by FLOPs at a shape-dependent rate where their shapes are known
   (``gemm_flops=True``): ``launch_us + max(FLOPs / rate, bytes / bytes_per_us)`` with
-  ``rate = gemm_flops_per_us * f(rows) * f(cols) * g(inner) * (bmm_efficiency if batched)``,
-  ``f(n) = n / (n + gemm_half_mn)``, ``g(k) = k / (k + gemm_half_k)`` (:meth:`GPUCostModel.gemm_us`); a
+  ``rate = gemm_flops_per_us * f(rows) * f(cols) * g(inner) * (bmm_efficiency * o(tiles) if batched)``,
+  ``f(n) = n / (n + gemm_half_mn)``, ``g(k) = k / (k + gemm_half_k)``, ``o(t) = t / (t + bmm_half_tiles)`` over
+  ``tiles = batch * ceil(rows / bmm_tile) * ceil(cols / bmm_tile)`` (:meth:`GPUCostModel.gemm_us`; cuBLAS
+  splits the inner dimension of an ``mm`` with few output tiles but never of a ``bmm``, so a batched product
+  with few tiles leaves SMs idle: a weight gradient of 4 x ``[64, 4096] @ [4096, 64]``); a
   matrix-vector product (one row or column) is priced by its bytes (cuBLAS runs it as a bandwidth-bound
   GEMV). Its backward is one such GEMM per matrix operand that requires grad (``dA = dY @ B^T``,
   ``dB = A^T @ dY``) and a reduction for a bias (:meth:`GPUCostModel.gemm_backward_cost`);
@@ -39,12 +42,17 @@ Triton 3.6; bench/results/h200_matrix_2026-11-29/calibration.json, bench/optimus
   kernel removed in training steps and 8-9 us in inference (the slope of ms over kernels across strategies
   on DHEN and launch_bound); inside a CUDA graph one kernel costs 2.3 us.
 * ``bytes_per_us = 4.0e6`` (4.0 TB/s): the median of per-op bandwidth fits (cat, add, relu, layer_norm).
-* GEMM rate (fp32, tf32 off): ``gemm_flops_per_us = 52e6`` (52 TFLOP/s), ``gemm_half_mn = 40``,
-  ``gemm_half_k = 96``, ``bmm_efficiency = 0.8``: a least-squares fit of log time (grid search) to the
-  H200's eager timings of one wide GEMM, one bmm and n separate GEMMs (M = 2048, K 256..32,960, N 1..2,304;
-  bench/results/h200_2026-12-02c/gemm_accuracy.json, rows of at least 100 us, 20 us of eager overhead per
-  call fitted with them): rms error of log time 0.11 (12%). ``bench/gemm_rate.py`` measures the bench
-  models' own shapes under CUDA graphs; :meth:`GPUCostModel.with_gemm_rate` loads its fit.
+* GEMM rate (fp32, tf32 off): ``gemm_flops_per_us = 48e6`` (48 TFLOP/s), ``gemm_half_mn = 48``,
+  ``gemm_half_k = 16``, ``bmm_efficiency = 1.1``, ``bmm_tile = 64``, ``bmm_half_tiles = 33``
+  (:data:`GEMM_DEFAULTS`): a least-squares fit of log time (grid search,
+  ``bench/gemm_rate.py --refit``) to two H200 data sets together: the bench models' own linears (DLRM,
+  DHEN, launch_bound; separate, wide and bmm, forward and backward) and a sweep inside CUDA graphs
+  (bench/results/h200_2026-12-02e/lb/gemm/gemm_rate.json), and eager timings of wide, bmm and separate
+  GEMMs at K 256..32,960 (bench/results/h200_2026-12-02c/gemm_accuracy.json, rows of at least 100 us, 20 us
+  of eager overhead per call): rms error of log time 0.29 and 0.18 (the constants before, fitted to the
+  eager set alone: 0.56 and 0.14); it ranks separate against batched as the H200 did for all 30 (group,
+  direction) cells of the models' linears, the constants before for 22 (bench/results/gemm_fit_2026-12-02).
+  :meth:`GPUCostModel.with_gemm_rate` loads another fit.
 
 Measure another device with ``optimus-eq calibrate --out cal.json`` and pass
 ``cost_model=GPUCostModel.from_calibration("cal.json")``.
@@ -76,6 +84,7 @@ launched outside the compiled graph (:meth:`GPUCostModel.grad_copy_cost`, priced
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from optimus_eq import symbolic
@@ -101,7 +110,13 @@ FREE = frozenset(["Cons", "Nil", "ACons", "ANil", "Leaf"])
 GEMM_OPS = {"mm": (0, False), "matmul": (0, False), "linear": (0, False), "addmm": (1, False),
             "bmm": (0, True), "baddbmm": (1, True), "bmm_add": (1, True)}
 #: the keys of a GEMM calibration record (``bench/gemm_rate.py``'s fit) that :meth:`GPUCostModel.from_calibration` reads
-GEMM_FIELDS = ("gemm_flops_per_us", "gemm_half_mn", "gemm_half_k", "bmm_efficiency")
+GEMM_FIELDS = ("gemm_flops_per_us", "gemm_half_mn", "gemm_half_k", "bmm_efficiency", "bmm_tile", "bmm_half_tiles")
+#: the GEMM fields that may be 0 (that factor is 1); a record without ``bmm_tile`` / ``bmm_half_tiles`` (a fit
+#: without the batched occupancy term) sets ``bmm_half_tiles`` to 0
+GEMM_ZERO_OK = ("gemm_half_mn", "gemm_half_k", "bmm_half_tiles")
+#: the GEMM constants' defaults (module doc: bench/results/gemm_fit_2026-12-02)
+GEMM_DEFAULTS = {"gemm_flops_per_us": 48e6, "gemm_half_mn": 48.0, "gemm_half_k": 16.0, "bmm_efficiency": 1.1,
+                 "bmm_tile": 64.0, "bmm_half_tiles": 33.0}
 
 
 @dataclass(frozen=True)
@@ -133,6 +148,9 @@ class GPUCostModel:
             too few tiles to fill the device).
         gemm_half_k: the inner dimension at which the rate halves (each tile's prologue and epilogue).
         bmm_efficiency: the rate of a batched GEMM relative to one GEMM of a member's shape.
+        bmm_tile: the output tile edge (rows and columns) of a batched GEMM, for counting its tiles.
+        bmm_half_tiles: the output tiles (all batches) at which a batched GEMM's rate halves (0: no
+            occupancy factor).
     """
 
     launch_us: float = 23.3
@@ -145,10 +163,12 @@ class GPUCostModel:
     fusion: bool = True
     packed_parameters: bool = False
     gemm_flops: bool = True
-    gemm_flops_per_us: float = 52e6
-    gemm_half_mn: float = 40.0
-    gemm_half_k: float = 96.0
-    bmm_efficiency: float = 0.8
+    gemm_flops_per_us: float = GEMM_DEFAULTS["gemm_flops_per_us"]
+    gemm_half_mn: float = GEMM_DEFAULTS["gemm_half_mn"]
+    gemm_half_k: float = GEMM_DEFAULTS["gemm_half_k"]
+    bmm_efficiency: float = GEMM_DEFAULTS["bmm_efficiency"]
+    bmm_tile: float = GEMM_DEFAULTS["bmm_tile"]
+    bmm_half_tiles: float = GEMM_DEFAULTS["bmm_half_tiles"]
 
     def __post_init__(self) -> None:
         if self.execution not in EXECUTIONS:
@@ -190,10 +210,8 @@ class GPUCostModel:
         if isinstance(eager, (int, float)) and eager > 0:
             extra["eager_launch_us"] = float(eager)
         gemm = record.get("gemm", record)  # bench/gemm_rate.py's record, or its fit merged into this one
-        for k in GEMM_FIELDS:
-            v = gemm.get(k) if isinstance(gemm, dict) else None
-            if isinstance(v, (int, float)) and v > 0:
-                extra[k] = float(v)
+        if isinstance(gemm, dict) and any(k in gemm for k in GEMM_FIELDS):
+            extra.update(gemm_values(gemm, strict=False))
         return cls(launch_us=float(values[launch_key]), bytes_per_us=float(values["bytes_per_us"]),
                    execution=execution, **extra)
 
@@ -202,19 +220,15 @@ class GPUCostModel:
         ``gemm`` fit; a path or the record as a dict); the other constants are kept.
 
         Raises:
-            ValueError: the record lacks a positive value of one of :data:`GEMM_FIELDS`.
+            ValueError: the record lacks a positive value of one of :data:`GEMM_FIELDS` (>= 0 for
+                :data:`GEMM_ZERO_OK`; ``bmm_tile`` and ``bmm_half_tiles`` may be missing: see there).
         """
         import dataclasses
         import json
         from pathlib import Path
 
         record = source if isinstance(source, dict) else json.loads(Path(source).read_text())
-        gemm = record.get("gemm", record)
-        values = {k: gemm.get(k) for k in GEMM_FIELDS}
-        bad = [k for k, v in values.items() if not isinstance(v, (int, float)) or v <= 0]
-        if bad:
-            raise ValueError(f"GEMM record needs positive {', '.join(bad)}; got {values}")
-        return dataclasses.replace(self, **{k: float(v) for k, v in values.items()})
+        return dataclasses.replace(self, **gemm_values(record.get("gemm", record), strict=True))
 
     def describe(self, training: bool | None = None) -> str:
         """One line for reports: execution mode, constants (the GEMM rate when GEMMs are priced by FLOPs), and
@@ -299,14 +313,17 @@ class GPUCostModel:
                 moved: int = 0) -> float:
         """Time in microseconds of one GEMM kernel, launch excluded: ``batch`` products of ``[rows, inner] @
         [inner, cols]``, ``moved`` elements read and written. ``max(FLOPs / rate, bytes / bytes_per_us)``,
-        ``FLOPs = 2 * batch * rows * cols * inner``, the rate as in the module doc; a matrix-vector product
+        ``FLOPs = 2 * batch * rows * cols * inner``, the rate as in the module doc (``batched``: the
+        occupancy of ``batch`` products' output tiles counts); a matrix-vector product
         (``rows`` or ``cols`` 1) is bandwidth-bound: bytes only."""
         t_bytes = moved * self.itemsize / self.bytes_per_us
         if min(rows, cols) <= 1 or inner <= 0:
             return t_bytes
         h, hk = self.gemm_half_mn, self.gemm_half_k
-        rate = (self.gemm_flops_per_us * rows / (rows + h) * cols / (cols + h) * inner / (inner + hk)
-                * (self.bmm_efficiency if batched else 1.0))
+        rate = self.gemm_flops_per_us * rows / (rows + h) * cols / (cols + h) * inner / (inner + hk)
+        if batched:
+            tiles = batch * math.ceil(rows / self.bmm_tile) * math.ceil(cols / self.bmm_tile)
+            rate *= self.bmm_efficiency * tiles / (tiles + self.bmm_half_tiles)
         return max(2.0 * batch * rows * cols * inner / rate, t_bytes)
 
     def gemm_cost(self, name: str, out_shape, arg_shapes: list) -> float | None:
@@ -345,6 +362,26 @@ class GPUCostModel:
             else:
                 cost += self.launch_us + (n_out + numel(arg_shapes[i])) * self.itemsize / self.bytes_per_us
         return cost
+
+
+def gemm_values(gemm: dict, strict: bool) -> dict:
+    """The :data:`GEMM_FIELDS` of a GEMM fit record as floats. A record without ``bmm_tile`` and
+    ``bmm_half_tiles`` (fitted without the batched occupancy term) gives ``bmm_half_tiles`` 0.
+
+    Raises:
+        ValueError (``strict``): a field other than those two is missing, or a value is not a number > 0
+            (>= 0 for :data:`GEMM_ZERO_OK`). Not strict: such fields are left out of the result.
+    """
+    values = {k: gemm.get(k) for k in GEMM_FIELDS}
+    if values["bmm_half_tiles"] is None and values["bmm_tile"] is None:
+        values["bmm_half_tiles"] = 0.0
+        del values["bmm_tile"]
+    bad = [k for k, v in values.items() if isinstance(v, bool) or not isinstance(v, (int, float))
+           or v < 0 or (v == 0 and k not in GEMM_ZERO_OK)]
+    if bad and strict:
+        raise ValueError(f"GEMM record needs positive {', '.join(bad)} (>= 0: {', '.join(GEMM_ZERO_OK)}); "
+                         f"got {values}")
+    return {k: float(v) for k, v in values.items() if k not in bad}
 
 
 def gemm_dims(name: str, out_shape, arg_shapes: list) -> tuple | None:
