@@ -12,7 +12,10 @@ range of each figure.
     PYTHONPATH=src:bridge:bench python bench/first_call.py --models wukong dhen --modes inference train \\
         --strategies eqsat greedy --runs 5 [--size cpu] [--json FILE] [--profile DIR]
 
-``--profile DIR`` also writes a cProfile of each first call (``DIR/<model>-<mode>-<strategy>.prof``; one
+``--trees NAME=PATH ...`` measures several checkouts side by side (each child runs with ``PATH/src``,
+``PATH/bridge`` and ``PATH/bench`` on ``PYTHONPATH``; the cells of every tree in one rotated order), e.g. the
+code before and after a change: ``--trees base=/tmp/base new=.``; the summary then says per cell whether
+every tree made the same plans. ``--profile DIR`` also writes a cProfile of each first call (``DIR/<model>-<mode>-<strategy>.prof``; one
 extra process per cell, not timed). Timing only: no assertion here; plans are compared across runs by digest.
 """
 
@@ -75,15 +78,24 @@ def child(model: str, mode: str, strategy: str, size: str, profile: str | None) 
     return row
 
 
-def _spawn(model: str, mode: str, strategy: str, size: str, profile: str | None = None) -> dict:
+def _spawn(model: str, mode: str, strategy: str, size: str, profile: str | None = None,
+           tree: tuple[str, str] | None = None) -> dict:
     here = os.path.dirname(os.path.abspath(__file__))
     cmd = [sys.executable, os.path.join(here, "first_call.py"), "--child", model, mode, strategy, "--size", size]
     if profile:
         cmd += ["--profile", profile]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
+    env = os.environ.copy()
+    if tree is not None:
+        root = os.path.abspath(tree[1])
+        env["PYTHONPATH"] = os.pathsep.join(os.path.join(root, d) for d in ("src", "bridge", "bench"))
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode != 0:
-        return {"model": model, "mode": mode, "strategy": strategy, "error": out.stderr[-2000:]}
-    return json.loads(out.stdout.strip().splitlines()[-1])
+        row = {"model": model, "mode": mode, "strategy": strategy, "error": out.stderr[-2000:]}
+    else:
+        row = json.loads(out.stdout.strip().splitlines()[-1])
+    if tree is not None:
+        row["tree"] = tree[0]
+    return row
 
 
 def summarize(rows: list[dict]) -> list[dict]:
@@ -91,11 +103,12 @@ def summarize(rows: list[dict]) -> list[dict]:
     the set of plan digests seen (one digest: every run made the same plans)."""
     cells: dict[tuple, list[dict]] = {}
     for r in rows:
-        cells.setdefault((r["model"], r["mode"], r["strategy"]), []).append(r)
+        cells.setdefault((r.get("tree"), r["model"], r["mode"], r["strategy"]), []).append(r)
     out = []
-    for (model, mode, strategy), rs in cells.items():
+    for (tree, model, mode, strategy), rs in cells.items():
         ok = [r for r in rs if "error" not in r]
-        s = {"model": model, "mode": mode, "strategy": strategy, "runs": len(ok), "errors": len(rs) - len(ok)}
+        s = {"tree": tree, "model": model, "mode": mode, "strategy": strategy, "runs": len(ok),
+             "errors": len(rs) - len(ok)}
         for f in FIELDS:
             vals = [r[f] for r in ok]
             if vals:
@@ -103,6 +116,11 @@ def summarize(rows: list[dict]) -> list[dict]:
                         "max": round(max(vals), 3)}
         s["plans"] = sorted({json.dumps([r["first_plan"], r["second_plan"]]) for r in ok})
         out.append(s)
+    plans: dict[tuple, set] = {}
+    for s in out:
+        plans.setdefault((s["model"], s["mode"], s["strategy"]), set()).update(s["plans"])
+    for s in out:
+        s["same_plans_everywhere"] = len(plans[(s["model"], s["mode"], s["strategy"])]) == 1
     return out
 
 
@@ -116,24 +134,27 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=5, help="fresh processes per cell")
     ap.add_argument("--json", default=None, help="write every run and the summary here")
     ap.add_argument("--profile", default=None, help="child: a .prof file; parent: a folder for one per cell")
+    ap.add_argument("--trees", nargs="+", default=None, metavar="NAME=PATH", help="checkouts to compare")
     a = ap.parse_args(argv)
     if a.child:
         print(json.dumps(child(*a.child, a.size, a.profile)), flush=True)
         return 0
-    cells = [(m, md, s) for m in a.models for md in a.modes for s in a.strategies]
+    trees = [tuple(t.split("=", 1)) for t in a.trees] if a.trees else [None]
+    cells = [(t, m, md, s) for m in a.models for md in a.modes for s in a.strategies for t in trees]
     rows = []
     for k in range(a.runs):
         for i in range(len(cells)):
-            m, md, s = cells[(k + i) % len(cells)]
-            r = _spawn(m, md, s, a.size)
+            t, m, md, s = cells[(k + i) % len(cells)]
+            r = _spawn(m, md, s, a.size, tree=t)
             r["run"] = k
             rows.append(r)
             print(json.dumps({f: (round(v, 3) if isinstance(v, float) else v) for f, v in r.items()
                               if not f.endswith("phases")}), flush=True)
     if a.profile:
         os.makedirs(a.profile, exist_ok=True)
-        for m, md, s in cells:
-            _spawn(m, md, s, a.size, os.path.join(a.profile, f"{m}-{md}-{s}.prof"))
+        for t, m, md, s in cells:
+            name = f"{t[0]}-" if t else ""
+            _spawn(m, md, s, a.size, os.path.join(a.profile, f"{name}{m}-{md}-{s}.prof"), tree=t)
     summary = summarize(rows)
     for s in summary:
         print(json.dumps(s), flush=True)

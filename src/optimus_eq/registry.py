@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
-from egglog import bindings
+from optimus_eq.egglog_bindings import bindings
 
 from optimus_eq.terms import ANALYSIS_RULES, SCHEMA
 
