@@ -22,7 +22,8 @@ strategy against baseline by the bench's noise rule (:func:`optimus_bench.output
         --reps 5 --out bench/out/compile_time
 
 Writes ``OUT/compile_time.json`` (every run and the summary) and ``OUT/compile_time.md``; each run's bench
-output and log stay under ``OUT/runs/``. Exit code 0, or 1 when a run failed (its error is in the JSON).
+output and log stay under ``OUT/runs/``; both files are rewritten after every run, so a run cut short keeps what
+finished (``--time-budget`` stops starting runs). Exit code 0, or 1 when a run failed (its error is in the JSON).
 """
 
 from __future__ import annotations
@@ -134,7 +135,7 @@ def markdown(data: dict) -> str:
              f"{env.get('date', '')}; torch {env.get('torch', '?')}; device {env.get('device_name', cfg['device'])}; "
              f"bench arguments `{' '.join(cfg['bench_args']) or '(none)'}`. Each run: one `optimus-eq bench` process "
              "for one cell on an empty Inductor/Triton cache, serially, cell order rotated per repetition. "
-             "Median [min-max] over the runs.", "",
+             "Median [min-max] over the runs." + (f" Stopped early: {data['stopped']}." if data.get("stopped") else ""), "",
              "| model | mode | strategy | first call s | ours s | ours share | Inductor s | runs | status |",
              "|---|---|---|---:|---:|---:|---:|---:|---|"]
     for c in data["cells"]:
@@ -163,6 +164,8 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=5, help="fresh processes per cell (default 5)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds one process may run (default 1800)")
     ap.add_argument("--keep-caches", action="store_true", help="keep each run's cache folder")
+    ap.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                    help="start no run after this many seconds (the runs done so far are reported)")
     ap.add_argument("--out", default="bench/out/compile_time")
     a = ap.parse_args(argv)
     if a.reps < 1:
@@ -175,8 +178,12 @@ def main(argv=None) -> int:
     data = {"config": {"models": a.models, "modes": a.modes, "strategies": strategies, "device": a.device,
                        "reps": a.reps, "bench_args": bench_args, "python": sys.executable},
             "environment": None, "runs": [], "cells": [], "verdicts": []}
+    started = time.perf_counter()
     for k in range(a.reps):
         for pos in range(len(cells)):
+            if a.time_budget is not None and time.perf_counter() - started > a.time_budget:
+                data["stopped"] = f"time budget of {a.time_budget:g} s spent after {len(data['runs'])} runs"
+                break
             m, md, s = cells[(k + pos) % len(cells)]
             run_dir = out / "runs" / f"{k}-{m}-{md}-{s}"
             row = run_once(m, md, s, a.device, run_dir, bench_args, a.timeout, a.keep_caches)
@@ -189,7 +196,10 @@ def main(argv=None) -> int:
                   flush=True)
             data["cells"], data["verdicts"] = summarize(data["runs"])
             (out / "compile_time.json").write_text(json.dumps(data, indent=1))
-    (out / "compile_time.md").write_text(markdown(data))
+            (out / "compile_time.md").write_text(markdown(data))
+        if data.get("stopped"):
+            break
+    (out / "compile_time.json").write_text(json.dumps(data, indent=1))
     print(markdown(data))
     return 1 if any(r.get("status") == "error" for r in data["runs"]) else 0
 
