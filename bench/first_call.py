@@ -33,7 +33,7 @@ import time
 FIELDS = ("import_s", "capture_s", "first_s", "second_s")
 
 
-def child(model: str, mode: str, strategy: str, size: str, profile: str | None) -> dict:
+def child(model: str, mode: str, strategy: str, size: str, profile: str | None, collect: bool = False) -> dict:
     """One fresh process's figures (module doc); printed as one JSON line by ``--child``."""
     t0 = time.perf_counter()
     import torch  # noqa: F401 - the user's process has torch before any compile
@@ -56,6 +56,10 @@ def child(model: str, mode: str, strategy: str, size: str, profile: str | None) 
 
             prof = cProfile.Profile()
         seconds, digests, cost, phases = 0.0, [], 0.0, {}
+        if collect:
+            import gc
+
+            gc.collect()  # untimed: the process's next full collection does not land in the call
         for gm, ex in graphs:
             t = time.perf_counter()
             if prof is not None:
@@ -79,9 +83,11 @@ def child(model: str, mode: str, strategy: str, size: str, profile: str | None) 
 
 
 def _spawn(model: str, mode: str, strategy: str, size: str, profile: str | None = None,
-           tree: tuple[str, str] | None = None) -> dict:
+           tree: tuple[str, str] | None = None, collect: bool = False) -> dict:
     here = os.path.dirname(os.path.abspath(__file__))
     cmd = [sys.executable, os.path.join(here, "first_call.py"), "--child", model, mode, strategy, "--size", size]
+    if collect:
+        cmd.append("--gc-collect")
     if profile:
         cmd += ["--profile", profile]
     env = os.environ.copy()
@@ -124,6 +130,21 @@ def summarize(rows: list[dict]) -> list[dict]:
     return out
 
 
+def markdown(summary: list[dict]) -> str:
+    """A table of :func:`summarize`'s rows: median [min-max] seconds per field, and whether the plans agree."""
+
+    def cell(st):
+        return "n/a" if not st else f"{st['median']:.3f} [{st['min']:.3f}-{st['max']:.3f}]"
+
+    lines = ["| model | mode | strategy | tree | runs | import s | first call s | second call s | same plans |",
+             "|---|---|---|---|---:|---:|---:|---:|---|"]
+    for s in sorted(summary, key=lambda s: (s["model"], s["mode"], s["strategy"], str(s["tree"]))):
+        lines.append(f"| {s['model']} | {s['mode']} | {s['strategy']} | {s['tree'] or ''} | {s['runs']} | "
+                     f"{cell(s.get('import_s'))} | {cell(s.get('first_s'))} | {cell(s.get('second_s'))} | "
+                     f"{'yes' if s['same_plans_everywhere'] else 'NO'} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--child", nargs=3, metavar=("MODEL", "MODE", "STRATEGY"), help=argparse.SUPPRESS)
@@ -135,9 +156,12 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None, help="write every run and the summary here")
     ap.add_argument("--profile", default=None, help="child: a .prof file; parent: a folder for one per cell")
     ap.add_argument("--trees", nargs="+", default=None, metavar="NAME=PATH", help="checkouts to compare")
+    ap.add_argument("--gc-collect", action="store_true",
+                    help="a full garbage collection (untimed) before each call: where the process's next one "
+                         "falls depends on what it allocated before (imports), not on the call")
     a = ap.parse_args(argv)
     if a.child:
-        print(json.dumps(child(*a.child, a.size, a.profile)), flush=True)
+        print(json.dumps(child(*a.child, a.size, a.profile, a.gc_collect)), flush=True)
         return 0
     trees = [tuple(t.split("=", 1)) for t in a.trees] if a.trees else [None]
     cells = [(t, m, md, s) for m in a.models for md in a.modes for s in a.strategies for t in trees]
@@ -145,7 +169,7 @@ def main(argv=None) -> int:
     for k in range(a.runs):
         for i in range(len(cells)):
             t, m, md, s = cells[(k + i) % len(cells)]
-            r = _spawn(m, md, s, a.size, tree=t)
+            r = _spawn(m, md, s, a.size, tree=t, collect=a.gc_collect)
             r["run"] = k
             rows.append(r)
             print(json.dumps({f: (round(v, 3) if isinstance(v, float) else v) for f, v in r.items()
@@ -154,13 +178,16 @@ def main(argv=None) -> int:
         os.makedirs(a.profile, exist_ok=True)
         for t, m, md, s in cells:
             name = f"{t[0]}-" if t else ""
-            _spawn(m, md, s, a.size, os.path.join(a.profile, f"{name}{m}-{md}-{s}.prof"), tree=t)
+            _spawn(m, md, s, a.size, os.path.join(a.profile, f"{name}{m}-{md}-{s}.prof"), tree=t, collect=a.gc_collect)
     summary = summarize(rows)
     for s in summary:
         print(json.dumps(s), flush=True)
+    print(markdown(summary))
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"argv": sys.argv[1:], "rows": rows, "summary": summary}, f, indent=1)
+        with open(os.path.splitext(a.json)[0] + ".md", "w") as f:
+            f.write(markdown(summary))
     return 0
 
 
