@@ -19,7 +19,7 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from egglog import bindings as eb
+from optimus_eq.egglog_bindings import bindings as eb
 
 from optimus_eq.checks import check_int, check_seconds
 from optimus_eq.registry import Pattern

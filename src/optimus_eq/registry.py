@@ -12,10 +12,13 @@ typo, an unbound variable or a wrong arity fails at import time, not in a user's
 
 from __future__ import annotations
 
+import atexit
+import threading
+import weakref
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
-from egglog import bindings
+from optimus_eq.egglog_bindings import bindings
 
 from optimus_eq.terms import ANALYSIS_RULES, SCHEMA
 
@@ -212,14 +215,52 @@ class PatternRegistry:
 
 
 
+class _Scratch:
+    """One thread's scratch e-graph holding the term language, for :func:`_check_rules` (an egglog e-graph is
+    unsendable: it belongs to the thread that made it). Declaring the term language costs ~12 ms; once per
+    pattern it was 0.2 s of every process's ``import optimus_eq.patterns`` (18 patterns with rules), once per
+    thread it is one."""
+
+    def __init__(self) -> None:
+        self.owner = threading.get_ident()
+        self.egraph = bindings.EGraph()
+        self.egraph.run_program(*self.egraph.parse_program(SCHEMA + ANALYSIS_RULES))
+        self.calls = 0
+        _ALL_SCRATCH.add(self)
+
+
+_LOCAL = threading.local()
+_ALL_SCRATCH: "weakref.WeakSet[_Scratch]" = weakref.WeakSet()
+
+
+@atexit.register
+def _keep_foreign_scratch_at_exit() -> None:
+    """As :func:`optimus_eq.egraph._keep_foreign_templates_at_exit`: a scratch e-graph of a thread still running
+    at exit (a daemon thread that imported the patterns) is never dropped by the exiting thread, where pyo3
+    would print "EGraph is unsendable, but is being dropped on another thread"."""
+    import ctypes
+
+    me = threading.get_ident()
+    for scratch in list(_ALL_SCRATCH):
+        if scratch.owner != me:
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(scratch.egraph))
+
+
 def _check_rules(rules: tuple[Rule, ...]) -> None:
-    """Compile each rule into a scratch e-graph that holds the term language; egglog type-checks it."""
+    """Compile each rule into a scratch e-graph that holds the term language; egglog type-checks it. Each
+    call adds its rules under a ruleset (and rule names) of its own, so the checks of two registries that
+    hold the same rule names never meet."""
     if not rules:
         return
-    egraph = bindings.EGraph()
-    egraph.run_program(*egraph.parse_program(SCHEMA + ANALYSIS_RULES + "(ruleset check)"))
+    scratch = getattr(_LOCAL, "scratch", None)
+    if scratch is None:
+        scratch = _LOCAL.scratch = _Scratch()
+    scratch.calls += 1
+    egraph, ruleset = scratch.egraph, f"check{scratch.calls}"
+    egraph.run_program(*egraph.parse_program(f"(ruleset {ruleset})"))
     for rule in rules:
         try:
-            egraph.run_program(*egraph.parse_program(rule.to_egglog("check", subsume=False)))
+            text = replace(rule, name=f"{ruleset}/{rule.name}").to_egglog(ruleset, subsume=False)
+            egraph.run_program(*egraph.parse_program(text))
         except Exception as exc:  # egglog raises EggSmolError
             raise ValueError(f"rule {rule.name!r} is not valid egglog over the term language: {exc}") from exc

@@ -288,23 +288,55 @@ class _HighsUnavailable(Exception):
     pass
 
 
-_HIGHS: list = []  # the bindings, loaded on first use (importing scipy.optimize takes ~0.3-0.5 s)
+_HIGHS: list = []  # the bindings, loaded on first use (_core_bindings)
+_CORE = "scipy.optimize._highspy._core"
 
 
 def load_solver() -> None:
-    """Import HiGHS and scipy.sparse now (once per process, ~0.3-0.5 s), so that no exact solve's time budget
-    pays for it: DHEN's first solve (774 e-nodes, a 0.44 s budget) hit its limit importing, and the fast plan
-    was kept where the solve takes 0.05 s."""
+    """Load HiGHS and scipy.sparse now (once per process), so that no exact solve's time budget pays for it:
+    DHEN's first solve (774 e-nodes, a 0.44 s budget) hit its limit importing, and the fast plan was kept
+    where the solve takes 0.05 s."""
     import scipy.sparse  # noqa: F401  (csc_matrix, in _milp)
 
     _highs()
 
 
+def _core_bindings():
+    """scipy's HiGHS bindings (the extension module ``scipy.optimize._highspy._core``, which
+    ``scipy.optimize.milp`` wraps), loaded from its file without running ``scipy.optimize``'s ``__init__``:
+    that imports all of scipy.optimize (linprog, scipy.special, scipy.fft, scipy.linalg, docstring parsing),
+    0.55 s of a fresh process's first eqsat call on this repository's CPU machine (scipy 1.17), against 0.05 s
+    for the extension alone. A later ``import scipy.optimize`` gets the same module (Python keeps one per
+    extension file). Imported the usual way when scipy.optimize is loaded already.
+
+    Raises ImportError (or whatever loading raises) when the file is not where scipy 1.x keeps it."""
+    import sys
+
+    if "scipy.optimize" in sys.modules:
+        import scipy.optimize._highspy._core as core
+
+        return core
+    import importlib.machinery
+    import importlib.util
+    import os
+
+    import scipy
+
+    folder = os.path.join(os.path.dirname(scipy.__file__), "optimize", "_highspy")
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = os.path.join(folder, "_core" + suffix)
+        if os.path.exists(path):
+            spec = importlib.util.spec_from_file_location(_CORE, path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module
+    raise ImportError(f"no {_CORE} extension in {folder}")
+
+
 def _highs():
     if not _HIGHS:
         try:
-            import scipy.optimize._highspy._core as core  # the HiGHS that scipy.optimize.milp wraps
-
+            core = _core_bindings()  # the HiGHS that scipy.optimize.milp wraps
             core.HighsLp, core._Highs, core.HighsVarType.kInteger, core.MatrixFormat.kColwise  # noqa: B018
         except Exception:  # another scipy: use the public milp
             core = None
