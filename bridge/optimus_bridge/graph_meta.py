@@ -56,9 +56,9 @@ def _ensure_meta(gm: GraphModule, example_inputs: Sequence | None, level: str = 
 def _grad_fake_tensor_prop():
     """The FakeTensorProp subclass :func:`_ensure_meta` runs (built on first use: torch.fx.passes is not
     imported with this module)."""
-    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    from optimus_bridge.lower_meta import AttrFakeTensorProp
 
-    class _GradFakeTensorProp(FakeTensorProp):
+    class _GradFakeTensorProp(AttrFakeTensorProp):
         """FakeTensorProp whose ``val`` meta keeps each tensor's ``requires_grad`` (the stored snapshot is a
         detached FakeTensor; the live result, run in the caller's grad mode, knows whether it requires grad)."""
 
