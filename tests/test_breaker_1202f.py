@@ -77,3 +77,18 @@ def test_optimizing_an_exported_module_leaves_its_buffers(strategy):
     for k, v in _buffers(gm).items():
         torch.testing.assert_close(v, before[k], rtol=0, atol=0)
     torch.testing.assert_close(new(x), model(x))
+
+
+# Found: ``optimize_exported(ep, example_inputs=(x,))`` (the positional inputs alone, as ``torch.export.export``
+# takes them) raised "not enough values to unpack"; ``(x, y)`` unpacked the tensors themselves as args and
+# kwargs, and the re-export failed with a fallback warning. Now a ValueError says the form, (args, kwargs).
+@pytest.mark.parametrize("bad", ["args_only", "two_tensors"])
+def test_optimize_exported_names_the_example_inputs_form(bad):
+    model, x = _Counts().eval(), torch.randn(5, 8)
+    ep = torch.export.export(copy.deepcopy(model), (x,))  # (the program shares the module's buffers)
+    example = (x,) if bad == "args_only" else (x, x)
+    with pytest.raises(ValueError, match=r"\(args, kwargs\)"):
+        optimus_eq.optimize_exported(ep, example_inputs=example, strategy="greedy")
+    ep2, report = optimus_eq.optimize_exported(ep, example_inputs=((x,), {}), strategy="greedy")
+    assert report.fallback is None
+    torch.testing.assert_close(ep2.module()(x), model(x))
