@@ -92,3 +92,22 @@ def test_optimize_exported_names_the_example_inputs_form(bad):
     ep2, report = optimus_eq.optimize_exported(ep, example_inputs=((x,), {}), strategy="greedy")
     assert report.fallback is None
     torch.testing.assert_close(ep2.module()(x), model(x))
+
+
+def _detached_views(a, b, c):
+    d = [a.detach(), b.detach(), c.detach()]
+    return torch.cat([v.tanh() for v in d], 1), d[0].view(-1), d[1].t()
+
+
+# Found: batch_detach leaves graph outputs alone (eager's detach aliases its input), but not a detach that an
+# output views: the fused detach made ``d[0].view(-1)`` a view of a new tensor where eager's viewed the input
+# ``a``; lowering raised LoweringError and the whole graph fell back with a warning (every other rewrite lost).
+# Now an output's view chain counts as output for the horizontal round (bridge/optimus_bridge/eager_terms.py).
+@pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
+def test_detaches_viewed_by_outputs_do_not_make_the_graph_fall_back(strategy):
+    from conftest import check
+
+    options = {name: {"min_fuse_set_size": 2} for name in ("batch_detach", "batch_tanh")}
+    args = [torch.randn(3, 4, generator=torch.Generator().manual_seed(i)) for i in range(3)]
+    checked = check(_detached_views, args, strategy, trace_grad=True, pattern_options=options)
+    assert checked.report.fallback is None
