@@ -37,7 +37,8 @@ def optimize_exported(ep, example_inputs: tuple | None = None, strategy: str = "
 
     Raises:
         TypeError: ``ep`` is not an ``ExportedProgram``.
-        ValueError: no example inputs (``ep.example_inputs`` is None and none given); bad options, as
+        ValueError: no example inputs (``ep.example_inputs`` is None and none given), or ``example_inputs``
+            not ``(tuple, dict)``; bad options, as
             :func:`optimus_eq.optimize` raises them.
     """
     if not isinstance(ep, torch.export.ExportedProgram):
@@ -46,6 +47,10 @@ def optimize_exported(ep, example_inputs: tuple | None = None, strategy: str = "
     example_inputs = example_inputs if example_inputs is not None else ep.example_inputs
     if example_inputs is None:
         raise ValueError("the ExportedProgram records no example inputs; pass example_inputs=(args, kwargs)")
+    if not (isinstance(example_inputs, (tuple, list)) and len(example_inputs) == 2
+            and isinstance(example_inputs[0], (tuple, list)) and isinstance(example_inputs[1], dict)):
+        raise ValueError("example_inputs is (args, kwargs): a tuple of the positional inputs and a dict, e.g. "
+                         f"((x,), {{}}), not {type(example_inputs).__name__} {_kinds(example_inputs)}")
     args, kwargs = example_inputs
     if "level" in options and options["level"] != "post_grad":
         raise ValueError("an ExportedProgram is Aten-IR: optimize_exported runs level='post_grad' only")
@@ -68,6 +73,11 @@ def optimize_exported(ep, example_inputs: tuple | None = None, strategy: str = "
         warnings.warn(f"optimus_eq: {report.fallback}; returning the original program", stacklevel=2)
         return ep, report
     return program, report
+
+
+def _kinds(value) -> list:
+    """The type names of ``value``'s items (for an error message)."""
+    return [type(v).__name__ for v in value] if isinstance(value, (tuple, list)) else []
 
 
 def _dynamic_shapes(ep, module, args, kwargs):

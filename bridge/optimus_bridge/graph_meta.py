@@ -14,6 +14,7 @@ from torch.fx import GraphModule
 
 from optimus_bridge.effects import changes_global_state
 from optimus_bridge.fx_meta import meta_val
+from optimus_bridge.lower_meta import AttrFakeTensorProp
 
 
 def _ensure_meta(gm: GraphModule, example_inputs: Sequence | None, level: str = "pre_grad") -> GraphModule:
@@ -54,11 +55,10 @@ def _ensure_meta(gm: GraphModule, example_inputs: Sequence | None, level: str = 
 
 @functools.lru_cache(maxsize=None)
 def _grad_fake_tensor_prop():
-    """The FakeTensorProp subclass :func:`_ensure_meta` runs (built on first use: torch.fx.passes is not
-    imported with this module)."""
-    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    """The FakeTensorProp subclass :func:`_ensure_meta` runs (an :class:`AttrFakeTensorProp`: a module's
+    buffers stay untouched)."""
 
-    class _GradFakeTensorProp(FakeTensorProp):
+    class _GradFakeTensorProp(AttrFakeTensorProp):
         """FakeTensorProp whose ``val`` meta keeps each tensor's ``requires_grad`` (the stored snapshot is a
         detached FakeTensor; the live result, run in the caller's grad mode, knows whether it requires grad)."""
 

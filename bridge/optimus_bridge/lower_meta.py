@@ -29,11 +29,25 @@ def _input_fakes(original: GraphModule) -> tuple[list, FakeTensorMode]:
     return fakes, mode
 
 
+class AttrFakeTensorProp(FakeTensorProp):
+    """FakeTensorProp whose ``get_attr`` hands out a tensor attribute as a FakeTensor of its mode (static
+    sizes; the converter's memo gives every read of one attribute the same FakeTensor). FakeTensorMode runs an
+    op whose tensor inputs are all real for real: an in-place op on a buffer (``ExportedProgram.module()``'s
+    ``get_attr`` buffers, a traced ``self.count.add_(1)``) counted the user's buffer up once per
+    optimization (the optimized program's first call then started from it)."""
+
+    def get_attr(self, target, args, kwargs):
+        val = super().get_attr(target, args, kwargs)
+        if isinstance(val, torch.Tensor) and not isinstance(val, FakeTensor):
+            return self._mode.from_tensor(val, static_shapes=True)
+        return val
+
+
 def fill_meta(gm: GraphModule, original: GraphModule) -> None:
     """Fill ``val`` / ``example_value`` on every node by FakeTensor propagation from the inputs' meta."""
     fakes, mode = _input_fakes(original)
     with mode:
-        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+        AttrFakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
     for n in gm.graph.nodes:
         if "val" in n.meta:
             n.meta["example_value"] = n.meta["val"]
@@ -62,7 +76,7 @@ def propagate_meta(graph: Graph, root: torch.nn.Module, original: GraphModule, f
     fakes, mode, static_inputs = memo["inputs"]
     # the meta-device shortcut skips autocast's dispatch (a Linear in an autocast region is bfloat16)
     static = static_inputs and not torch._C._is_any_autocast_enabled()
-    prop = FakeTensorProp(_Attrs(root), mode)  # only its run_node is used: env in, attributes from root
+    prop = AttrFakeTensorProp(_Attrs(root), mode)  # only its run_node is used: env in, attributes from root
     env = prop.env
     twins: dict[Node, torch.Tensor] = {}
 

@@ -48,7 +48,8 @@ class EagerTerms:
     Attributes:
         values: ``(term handle id, FakeTensor)`` per translated FX node whose meta value is a tensor, in graph
             order.
-        outputs: handle ids of the translated nodes the graph's output node reads.
+        outputs: handle ids of the translated nodes the graph's output node reads, and of the nodes each of those
+            views (its eager view chain).
     """
 
     values: tuple = ()

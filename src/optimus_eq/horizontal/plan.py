@@ -55,7 +55,7 @@ class Member:
         shape: its static output shape (None where unknown).
         signature: the recipe without its key: op name, opcode, target, constant args, kwargs. Two ops
             with equal signatures and types compute the same function of their inputs.
-        is_output: the value is a graph output.
+        is_output: the value is a graph output, or a graph output views it.
         eager_contiguous: eager's value was contiguous. Fused values are contiguous, so members whose
             eager value was not are only offered to the keys of patterns marked ``any_strides`` (the lowering
             restores eager's strides only for contiguous outputs).
