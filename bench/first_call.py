@@ -10,7 +10,7 @@ parent runs ``--runs`` processes per (model, mode, strategy), in rotated order, 
 range of each figure.
 
     PYTHONPATH=src:bridge:bench python bench/first_call.py --models wukong dhen --modes inference train \\
-        --strategies eqsat greedy --runs 5 [--size cpu] [--json FILE] [--profile DIR]
+        --strategies eqsat greedy --runs 5 [--size cpu] [--cost cudagraph] [--json FILE] [--profile DIR]
 
 ``--trees NAME=PATH ...`` measures several checkouts side by side (each child runs with ``PATH/src``,
 ``PATH/bridge`` and ``PATH/bench`` on ``PYTHONPATH``; the cells of every tree in one rotated order), e.g. the
