@@ -10,7 +10,7 @@ parent runs ``--runs`` processes per (model, mode, strategy), in rotated order, 
 range of each figure.
 
     PYTHONPATH=src:bridge:bench python bench/first_call.py --models wukong dhen --modes inference train \\
-        --strategies eqsat greedy --runs 5 [--size cpu] [--json FILE] [--profile DIR]
+        --strategies eqsat greedy --runs 5 [--size cpu] [--cost cudagraph] [--json FILE] [--profile DIR]
 
 ``--trees NAME=PATH ...`` measures several checkouts side by side (each child runs with ``PATH/src``,
 ``PATH/bridge`` and ``PATH/bench`` on ``PYTHONPATH``; the cells of every tree in one rotated order), e.g. the
@@ -33,8 +33,11 @@ import time
 FIELDS = ("import_s", "capture_s", "first_s", "second_s")
 
 
-def child(model: str, mode: str, strategy: str, size: str, profile: str | None, collect: bool = False) -> dict:
-    """One fresh process's figures (module doc); printed as one JSON line by ``--child``."""
+def child(model: str, mode: str, strategy: str, size: str, profile: str | None, collect: bool = False,
+          cost: str = "launch") -> dict:
+    """One fresh process's figures (module doc); printed as one JSON line by ``--child``. ``cost``:
+    ``launch`` (``optimize``'s default ``GPUCostModel()``) or ``cudagraph`` (``GPUCostModel.cudagraph()``,
+    the CUDA-graph execution mode's cost model)."""
     t0 = time.perf_counter()
     import torch  # noqa: F401 - the user's process has torch before any compile
 
@@ -47,7 +50,12 @@ def child(model: str, mode: str, strategy: str, size: str, profile: str | None, 
     t1 = time.perf_counter()
     graphs, _ = capture(model, size, mode)
     t2 = time.perf_counter()
-    row = {"model": model, "mode": mode, "strategy": strategy, "size": size, "graphs": len(graphs),
+    opts = {}
+    if cost == "cudagraph":
+        from optimus_eq.cost import GPUCostModel
+
+        opts["cost_model"] = GPUCostModel.cudagraph()
+    row = {"model": model, "mode": mode, "strategy": strategy, "size": size, "cost": cost, "graphs": len(graphs),
            "torch_import_s": t_torch - t0, "import_s": t1 - t_torch, "capture_s": t2 - t1}
     for call in ("first", "second"):
         prof = None
@@ -64,7 +72,7 @@ def child(model: str, mode: str, strategy: str, size: str, profile: str | None, 
             t = time.perf_counter()
             if prof is not None:
                 prof.enable()
-            out, rep = optimus_eq.optimize(gm, ex, strategy=strategy)
+            out, rep = optimus_eq.optimize(gm, ex, strategy=strategy, **opts)
             if prof is not None:
                 prof.disable()
             seconds += time.perf_counter() - t
@@ -83,11 +91,13 @@ def child(model: str, mode: str, strategy: str, size: str, profile: str | None, 
 
 
 def _spawn(model: str, mode: str, strategy: str, size: str, profile: str | None = None,
-           tree: tuple[str, str] | None = None, collect: bool = False) -> dict:
+           tree: tuple[str, str] | None = None, collect: bool = False, cost: str = "launch") -> dict:
     here = os.path.dirname(os.path.abspath(__file__))
     cmd = [sys.executable, os.path.join(here, "first_call.py"), "--child", model, mode, strategy, "--size", size]
     if collect:
         cmd.append("--gc-collect")
+    if cost != "launch":
+        cmd += ["--cost", cost]
     if profile:
         cmd += ["--profile", profile]
     env = os.environ.copy()
@@ -159,9 +169,11 @@ def main(argv=None) -> int:
     ap.add_argument("--gc-collect", action="store_true",
                     help="a full garbage collection (untimed) before each call: where the process's next one "
                          "falls depends on what it allocated before (imports), not on the call")
+    ap.add_argument("--cost", default="launch", choices=("launch", "cudagraph"),
+                    help="the GPU cost model's execution mode (child doc)")
     a = ap.parse_args(argv)
     if a.child:
-        print(json.dumps(child(*a.child, a.size, a.profile, a.gc_collect)), flush=True)
+        print(json.dumps(child(*a.child, a.size, a.profile, a.gc_collect, a.cost)), flush=True)
         return 0
     trees = [tuple(t.split("=", 1)) for t in a.trees] if a.trees else [None]
     cells = [(t, m, md, s) for m in a.models for md in a.modes for s in a.strategies for t in trees]
@@ -169,7 +181,7 @@ def main(argv=None) -> int:
     for k in range(a.runs):
         for i in range(len(cells)):
             t, m, md, s = cells[(k + i) % len(cells)]
-            r = _spawn(m, md, s, a.size, tree=t, collect=a.gc_collect)
+            r = _spawn(m, md, s, a.size, tree=t, collect=a.gc_collect, cost=a.cost)
             r["run"] = k
             rows.append(r)
             print(json.dumps({f: (round(v, 3) if isinstance(v, float) else v) for f, v in r.items()
@@ -178,7 +190,8 @@ def main(argv=None) -> int:
         os.makedirs(a.profile, exist_ok=True)
         for t, m, md, s in cells:
             name = f"{t[0]}-" if t else ""
-            _spawn(m, md, s, a.size, os.path.join(a.profile, f"{name}{m}-{md}-{s}.prof"), tree=t, collect=a.gc_collect)
+            _spawn(m, md, s, a.size, os.path.join(a.profile, f"{name}{m}-{md}-{s}.prof"), tree=t, collect=a.gc_collect,
+                   cost=a.cost)
     summary = summarize(rows)
     for s in summary:
         print(json.dumps(s), flush=True)
