@@ -82,7 +82,7 @@ class GemmGen(FuzzGen):
         for _ in range(self.r.randint(2, 4)):
             kind = self.r.choice(["matmul_op", "matmul", "mm", "wt", "linear", "linear", "linear_b"])
             t = self.name()
-            self.emit(f"{t} = " + self._gemm(v, kind, self.r.choice([1, 2, 3, 4, 8])))
+            self.emit(f"{t} = " + self._gemm(v, kind, self.r.choice([0, 1, 2, 3, 4, 8, 8, 40])))
             new.append(t)
         self.groups.append(new)
         self.used.add("gemm_lhs")
@@ -93,7 +93,7 @@ class GemmGen(FuzzGen):
         v = self._gemm_input()
         if v is None:
             return
-        k, dt = self.shape(v)[-1], self.env[v].dtype
+        k = self.shape(v)[-1]
         if self.r.random() < 0.4:
             xl = v
             for _ in range(self.r.randint(1, 3)):
@@ -202,7 +202,8 @@ class GemmGen(FuzzGen):
         dtype = r.choice([torch.float32] * 4 + [torch.bfloat16])
         self.inputs_: list = []
         for _ in range(r.randint(1, 2)):
-            shape = (r.choice([1, 2, 3, 4, 8]),) * r.randint(0, 1) + (r.choice([2, 3, 4, 8]), r.choice([2, 3, 4, 6, 8]))
+            shape = (r.choice([1, 2, 3, 4, 8]),) * r.randint(0, 1) + (r.choice([0, 2, 3, 4, 8, 16, 33]),
+                                                                     r.choice([2, 3, 4, 6, 8, 16]))
             self._input(shape, dtype, transposed=r.random() < 0.2)
         gemm = [self.op_gemm_lhs] * 4 + [self.op_cross] * 2 + [self.op_experts, self.op_uneven, self.op_uneven,
                                                                 self.op_chain_across_cat, self.op_chain_across_cat]
@@ -260,8 +261,8 @@ def run_module(program: Program, strategy: str, cost_model: str = "launch", step
 
     fn, make_inputs = program.compile()
     args, _ = make_inputs()
-    # in float32: half-precision programs differ from eager after a training step by rounding alone
-    args = [a.detach().float().requires_grad_(a.requires_grad) if a.is_floating_point() else a for a in args]
+    # in float64: float32 and half-precision programs differ from eager by rounding alone (reordered sums)
+    args = [a.detach().double().requires_grad_(a.requires_grad) if a.is_floating_point() else a for a in args]
     pidx = set(program.params)
 
     class M(torch.nn.Module):
@@ -287,7 +288,7 @@ def run_module(program: Program, strategy: str, cost_model: str = "launch", step
     xs_c = [a.detach().clone().requires_grad_(a.requires_grad) for i, a in enumerate(args) if i not in pidx]
     opt_e = torch.optim.SGD(eager.parameters(), lr=0.1)
     opt_c = torch.optim.SGD(comp_m.parameters(), lr=0.1)
-    tol = {"rtol": 1e-4, "atol": 1e-5}
+    tol = {"rtol": 1e-7, "atol": 1e-9}
     for step in range(steps):
         oe, oc = fuzzing._flat(eager(*xs_e)), fuzzing._flat(comp(*xs_c))
         for i, (a, e) in enumerate(zip(oc, oe)):
