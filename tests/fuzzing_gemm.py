@@ -249,12 +249,14 @@ def run_gemm(program: Program, strategies=("greedy", "eqsat"), cost_models=("lau
     return out
 
 
-def run_module(program: Program, strategy: str, cost_model: str = "launch", steps: int = 2) -> str | None:
+def run_module(program: Program, strategy: str, cost_model: str = "launch", steps: int = 2,
+               compile: bool = False) -> str | None:
     """The program as an ``nn.Module`` whose weights that require grad are ``nn.Parameter`` s, compiled with
     ``optimus_eq.backend(strategy, compile=False)`` (parameter packing on) with the cost model of that name in
     :data:`COST_MODELS`, and run ``steps`` training steps (forward, backward of a fixed weighted sum,
     SGD) beside the same module run eagerly: None when outputs, gradients of every parameter and input (None
-    kept None) and parameters after each step agree, else what differed. Pre-grad programs only."""
+    kept None) and parameters after each step agree, else what differed. Pre-grad programs only. ``compile``: let
+    Inductor compile the optimized graph (slow on CPU)."""
     import copy
 
     import optimus_eq
@@ -283,7 +285,7 @@ def run_module(program: Program, strategy: str, cost_model: str = "launch", step
     comp_m = copy.deepcopy(eager)
     torch._dynamo.reset()
     comp = torch.compile(comp_m, backend=optimus_eq.backend(
-        strategy=strategy, compile=False, cost_model=COST_MODELS[cost_model], pattern_options=program.pattern_options), dynamic=program.dynamic)
+        strategy=strategy, compile=compile, cost_model=COST_MODELS[cost_model], pattern_options=program.pattern_options), dynamic=program.dynamic)
     xs_e = [a.detach().clone().requires_grad_(a.requires_grad) for i, a in enumerate(args) if i not in pidx]
     xs_c = [a.detach().clone().requires_grad_(a.requires_grad) for i, a in enumerate(args) if i not in pidx]
     opt_e = torch.optim.SGD(eager.parameters(), lr=0.1)
