@@ -442,25 +442,26 @@ def _flat(x) -> list:
     return list(tree_leaves(x))
 
 
-def _optimize(gm, example_inputs, strategy, level, pattern_options):
+def _optimize(gm, example_inputs, strategy, level, pattern_options, cost_model=None):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if level == "post_grad" and pattern_options:
             pattern_options = SMALL_POST_GRAD
         return optimus_eq.optimize(gm, example_inputs, strategy=strategy, level=level,
-                                   pattern_options=pattern_options)
+                                   pattern_options=pattern_options, cost_model=cost_model)
 
 
 def run_program(fn: Callable, make_inputs: Callable, strategies, *, level: str = "pre_grad",
-                dynamic: bool = False, pattern_options: dict | None = None) -> dict:
+                dynamic: bool = False, pattern_options: dict | None = None, cost_model=None) -> dict:
     """Capture ``fn`` at ``level``, optimize with each strategy, compare with eager: strategy ->
-    :class:`Outcome`. ``make_inputs()`` returns fresh ``(arguments, leaves)`` each call."""
+    :class:`Outcome`. ``make_inputs()`` returns fresh ``(arguments, leaves)`` each call. ``cost_model``:
+    passed to ``optimize`` (None: its default)."""
     if level == "pre_grad":
-        return _run_pre_grad(fn, make_inputs, strategies, dynamic, pattern_options)
-    return _run_post_grad(fn, make_inputs, strategies, dynamic, pattern_options)
+        return _run_pre_grad(fn, make_inputs, strategies, dynamic, pattern_options, cost_model)
+    return _run_post_grad(fn, make_inputs, strategies, dynamic, pattern_options, cost_model)
 
 
-def _run_pre_grad(fn, make_inputs, strategies, dynamic, pattern_options) -> dict:
+def _run_pre_grad(fn, make_inputs, strategies, dynamic, pattern_options, cost_model=None) -> dict:
     graphs, calls = [], []
 
     def capture(gm, example_inputs):
@@ -491,7 +492,7 @@ def _run_pre_grad(fn, make_inputs, strategies, dynamic, pattern_options) -> dict
     out = {}
     for strategy in strategies:
         try:
-            gm2, report = _optimize(gm, example_inputs, strategy, "pre_grad", pattern_options)
+            gm2, report = _optimize(gm, example_inputs, strategy, "pre_grad", pattern_options, cost_model)
         except Exception as exc:  # noqa: BLE001
             out[strategy] = Outcome("crash", "optimize raised " + _exc_cause(exc), _exc_detail(exc))
             continue
@@ -625,7 +626,7 @@ def _judge(reference, actual, reports, ref64=None) -> Outcome:
     return Outcome("ok", reports=reports)
 
 
-def _aot_compile(fn, dynamic, strategy, reports, pattern_options=None):
+def _aot_compile(fn, dynamic, strategy, reports, pattern_options=None, cost_model=None):
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.aot_autograd import make_boxed_func
     from torch._inductor.decomposition import select_decomp_table
@@ -633,7 +634,7 @@ def _aot_compile(fn, dynamic, strategy, reports, pattern_options=None):
     def compiler(gm, example_inputs):
         if strategy is None:
             return make_boxed_func(gm)
-        gm2, report = _optimize(gm, example_inputs, strategy, "post_grad", pattern_options)
+        gm2, report = _optimize(gm, example_inputs, strategy, "post_grad", pattern_options, cost_model)
         reports.append(report)
         return make_boxed_func(gm2)
 
@@ -642,13 +643,13 @@ def _aot_compile(fn, dynamic, strategy, reports, pattern_options=None):
     return torch.compile(fn, backend=backend, dynamic=dynamic, fullgraph=True)
 
 
-def _run_post_grad(fn, make_inputs, strategies, dynamic, pattern_options=None) -> dict:
+def _run_post_grad(fn, make_inputs, strategies, dynamic, pattern_options=None, cost_model=None) -> dict:
     """Post-grad: dynamo + AOTAutograd with the optimizer as forward and backward compiler. The reference
     is the same compile without the optimizer (so AOTAutograd's own layouts are not charged to us),
     checked against eager ``fn`` first (a mismatch there makes the program invalid)."""
     def attempt(strategy):
         reports: list = []
-        compiled = _aot_compile(fn, dynamic, strategy, reports, pattern_options)
+        compiled = _aot_compile(fn, dynamic, strategy, reports, pattern_options, cost_model)
         opt_in, opt_leaves = make_inputs()
         act_flat = _flat(compiled(*opt_in))
         return act_flat, opt_in, opt_leaves, reports
