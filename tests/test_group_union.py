@@ -76,22 +76,25 @@ def test_eqsat_reaches_greedys_union_group(mode, train):
         out, rep = optimus_eq.optimize(gm, ex, strategy=strategy, cost_model=model)
         assert not rep.fallback
         plans[strategy] = out, _price(out, ex, train, model)
-        # values (and in training the gradients of x and every weight) equal eager's
-        xe, xo = x.detach().clone().requires_grad_(train), x.detach().clone().requires_grad_(train)
-        with torch.set_grad_enabled(train):
-            want = net(xe).sum() if train else net(xe)
-            res = out(*[xo if e is x else e for e in ex])
-        got = res[0] if isinstance(res, (tuple, list)) else res
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-        assert got.dtype == want.dtype and got.stride() == want.stride()
-        if train:
-            weights = list(net.parameters())
-            want_g = torch.autograd.grad(want, [xe, *weights])
-            got_g = torch.autograd.grad(got, [xo, *weights])
-            for w, g in zip(want_g, got_g):
-                torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+        assert_matches_eager(net, out, ex, x, train)
     (greedy, g_cost), (eqsat, e_cost) = plans["greedy"], plans["eqsat"]
     # greedy fuses the 8 linears on x into one; eqsat reaches that plan and pays no more for it
     assert _linears(greedy) == 1 + 4
     assert e_cost <= g_cost + 1e-6
     assert _linears(eqsat) <= _linears(greedy)
+
+
+def assert_matches_eager(net, out, ex, x, train: bool) -> None:
+    """``out`` (``net`` optimized, captured with example inputs ``ex`` holding ``x``) gives eager's values, dtype and
+    strides, and in training eager's gradients of ``x`` and of every weight of ``net``."""
+    xe, xo = x.detach().clone().requires_grad_(train), x.detach().clone().requires_grad_(train)
+    with torch.set_grad_enabled(train):
+        want = net(xe).sum() if train else net(xe)
+        res = out(*[xo if e is x else e for e in ex])
+    got = res[0] if isinstance(res, (tuple, list)) else res
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert got.dtype == want.dtype and got.stride() == want.stride()
+    if train:
+        weights = list(net.parameters())
+        for w, g in zip(torch.autograd.grad(want, [xe, *weights]), torch.autograd.grad(got, [xo, *weights])):
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)

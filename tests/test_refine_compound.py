@@ -18,7 +18,7 @@ import optimus_eq
 from optimus_eq.cost import GPUCostModel
 
 from conftest import rand
-from test_group_union import CrossLayer, _capture, _linears
+from test_group_union import CrossLayer, _capture, _linears, assert_matches_eager
 
 
 @pytest.mark.parametrize("train", [True, False], ids=["train", "inference"])
@@ -40,15 +40,4 @@ def test_local_search_alone_reaches_the_union(mode, train):
     assert _linears(fast) == 1 + 4
     assert rep_fast.cost_after == pytest.approx(rep_exact.cost_after, rel=1e-9)
     assert rep_fast.cost_after < rep_fast.extraction["tree_cost"]
-    # values (and in training the gradients of x and every weight) equal eager's
-    xe, xo = x.detach().clone().requires_grad_(train), x.detach().clone().requires_grad_(train)
-    with torch.set_grad_enabled(train):
-        want = net(xe).sum() if train else net(xe)
-        res = fast(*[xo if e is x else e for e in ex])
-    got = res[0] if isinstance(res, (tuple, list)) else res
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    assert got.dtype == want.dtype and got.stride() == want.stride()
-    if train:
-        weights = list(net.parameters())
-        for w, g in zip(torch.autograd.grad(want, [xe, *weights]), torch.autograd.grad(got, [xo, *weights])):
-            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+    assert_matches_eager(net, fast, ex, x, train)  # values, and in training every gradient
