@@ -179,7 +179,7 @@ def output_alias_nodes(gm: GraphModule, voc=vocab, visible: frozenset | None = N
     remap = eager_storage_map(gm.graph, voc)
 
     def chain(o: Node) -> list[Node]:
-        return _view_chain(o, remap)
+        return view_chain(o, remap)
 
     keep: set[Node] = set()
     by_storage: dict[int, list[Node]] = defaultdict(list)
@@ -197,7 +197,7 @@ def output_alias_nodes(gm: GraphModule, voc=vocab, visible: frozenset | None = N
     return keep
 
 
-def _view_chain(o: Node, remap: dict) -> list[Node]:
+def view_chain(o: Node, remap: dict[int, int] | None = None) -> list[Node]:
     """``o`` and the nodes it views, walked back through the storages of the FakeTensor meta: from a node to its
     one tensor input of the same storage, until the node that owns the storage (a fresh result, or an input)."""
     nodes, n = [o], o
@@ -240,12 +240,12 @@ def layout_reader_nodes(gm: GraphModule, voc=vocab) -> set[Node]:
 
 def layout_reader_chains(gm: GraphModule, voc=vocab) -> dict[Node, list[Node]]:
     """Each ``as_strided`` / ``as_strided_scatter`` node of ``gm`` -> the view chain of its input
-    (:func:`_view_chain`; its owner last)."""
+    (:func:`view_chain`; its owner last)."""
     remap = eager_storage_map(gm.graph, voc)
     out = {}
     for n in gm.graph.nodes:
         if _reads_layout(n) and n.args and isinstance(n.args[0], Node):
-            out[n] = _view_chain(n.args[0], remap)
+            out[n] = view_chain(n.args[0], remap)
     return out
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from optimus_bridge.aliasing import _view_chain
+from optimus_bridge.aliasing import view_chain
 from optimus_eq.horizontal.driver import EagerTerms
 
 
@@ -24,7 +24,7 @@ def eager_terms(tr) -> EagerTerms:
         # an output's view chain counts as output too: a value an output views (``d = a.detach()`` returned as
         # ``d.view(-1)``) computed by a batched op is a new tensor where eager's output viewed an input, and
         # lowering failed (the whole graph fell back) where the batched detach leaves outputs alone
-        chains = (n for o in out_node.all_input_nodes for n in _view_chain(o, None))
+        chains = (n for o in out_node.all_input_nodes for n in view_chain(o))
         outputs = tuple(tr.node_id[a] for a in dict.fromkeys(chains) if a in tr.node_id)
         cached = tr.__dict__["_eager_terms"] = EagerTerms(tuple(values), outputs)
     return cached
