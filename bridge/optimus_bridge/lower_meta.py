@@ -15,6 +15,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
+from optimus_bridge.effects import is_mutation
 from optimus_bridge.fx_meta import meta_val
 from optimus_bridge.overlap import static_layout
 
@@ -91,7 +92,7 @@ def propagate_meta(graph: Graph, root: torch.nn.Module, original: GraphModule, f
         return t
 
     def slow(n: Node):
-        with mode:
+        with mode, _writes_into_grad_leaves(n, env):
             out = prop.run_node(n)
         for a in n.all_input_nodes:  # an in-place op may have changed its inputs' metadata
             twins.pop(a, None)
@@ -138,6 +139,20 @@ def propagate_meta(graph: Graph, root: torch.nn.Module, original: GraphModule, f
                 n.meta["example_value"] = n.meta["val"]
         else:
             env[n] = n.meta["val"] = n.meta["example_value"] = val
+
+
+def _writes_into_grad_leaves(n: Node, env: dict):
+    """``torch.no_grad()`` for an in-place node with an input whose FakeTensor is a leaf that requires grad,
+    else a no-op context. Such a meta is not eager's: ``torch.export`` leaves a user input that the program
+    writes a value requiring grad into (a KV cache filled from a Linear: ``cache[:, :b] = out``) with
+    ``requires_grad`` set on its placeholder's leaf FakeTensor, where autograd refuses the in-place op
+    (eager could only run it without grad). Every such exported program fell back (breaker 1202h)."""
+    import contextlib
+
+    if is_mutation(n) and any(isinstance(v := env.get(a), torch.Tensor) and v.requires_grad and v.is_leaf
+                              for a in n.all_input_nodes):
+        return torch.no_grad()
+    return contextlib.nullcontext()
 
 
 #: View ops whose plain meta kernel gives exactly FakeTensorProp's result (the ops lowering emits for the
