@@ -47,3 +47,56 @@ def test_exported_program_writing_a_parameter_dependent_value_into_an_input_is_o
     want, got = ep.module()(x, c1), ep2.module()(x, c2)
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(c2, c1)
+
+
+class _Fields(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.ModuleList(torch.nn.Linear(D, D) for _ in range(N))
+
+    def forward(self, x):
+        xs = torch.split(x, D, 1)
+        return torch.cat([torch.tanh(self.lin[i](xs[i])) for i in range(N)], 1)
+
+
+def test_instances_sharing_packed_code_called_from_threads_each_get_their_own_weights(monkeypatch):
+    """``torch.compile(step)`` with ``step(model, x)`` serves every instance from one packed graph; a call
+    whose parameters are not in the packs' buffers re-packs (``ParameterPacks._refresh``). Two threads
+    re-packing for two instances at once: one read back the buffer the other had just set, so its model ran
+    with the other instance's weights. The sleep widens the window between setting a pack's buffer and
+    reading it back (it hit without it too, rarely)."""
+    import threading
+    import time
+
+    from optimus_bridge import param_pack
+
+    torch.manual_seed(0)
+    models = [_Fields().eval() for _ in range(3)]
+    step = torch.compile(lambda model, x: model(x), backend=optimus_eq.backend("greedy", compile=False))
+    x = torch.randn(4, N * D)
+    with torch.no_grad():
+        want = [m(x) for m in models]
+        for m in models + models[:1]:
+            step(m, x)  # one graph for all; the packs now hold model 0's buffers
+    assert "parameter packing" in " ".join(optimus_eq.last_reports[-1].notes)
+
+    def slow_setattr(self, name, value):
+        object.__setattr__(self, name, value)
+        if name == "ptrs":
+            time.sleep(0.05)
+
+    monkeypatch.setattr(param_pack.Pack, "__setattr__", slow_setattr)
+    got, barrier = {}, threading.Barrier(2)
+
+    def call(i):
+        barrier.wait()
+        with torch.no_grad():
+            got[i] = step(models[i], x)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i in (1, 2):
+        torch.testing.assert_close(got[i], want[i])
