@@ -100,3 +100,57 @@ def test_instances_sharing_packed_code_called_from_threads_each_get_their_own_we
         t.join()
     for i in (1, 2):
         torch.testing.assert_close(got[i], want[i])
+
+
+def _double(g):
+    return g * 2
+
+
+class _Hooked(torch.nn.Module):
+    def __init__(self, where):
+        super().__init__()
+        self.where = where
+        self.lin = torch.nn.ModuleList(torch.nn.Linear(D, D) for _ in range(N))
+
+    def forward(self, x):
+        xs = torch.split(x, D, 1)
+        hs = [self.lin[i](xs[i]) for i in range(N)]
+        if self.where == "member":  # on a linear's output, before its tanh
+            hs[2].register_hook(_double)
+        elif self.where == "piece":  # on a split piece its linear already read
+            xs[0].register_hook(_double)
+        else:  # on a tanh of a linear, read twice
+            u = hs[3].tanh()
+            u.register_hook(_double)
+            return torch.cat([h.tanh() for h in hs[:3]] + [u, hs[4].tanh()], 1) * u.sum()
+        return torch.cat([h.tanh() for h in hs], 1)
+
+
+@pytest.mark.parametrize("where", ["member", "piece", "derived"])
+@pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
+def test_a_gradient_hook_inside_the_model_fires_as_in_eager(strategy, where):
+    """``t.register_hook(fn)`` in a compiled forward is Dynamo's ``register_hook`` higher-order op. Lowering's
+    meta propagation ran it on a FakeTensor of a rewritten value, which carries no ``requires_grad``: every
+    such graph fell back ("cannot register a hook on a tensor that doesn't require gradient"). And a hook
+    fires with the gradient reaching that tensor object through all its readers: the linear of a split piece,
+    batched from a view of the whole input, sent its gradient past the hook (x's gradient undoubled)."""
+    torch.manual_seed(0)
+    model = _Hooked(where)
+    twin = _Hooked(where)
+    twin.load_state_dict(model.state_dict())
+    torch._dynamo.reset()
+    compiled = torch.compile(twin, backend=optimus_eq.backend(strategy, compile=False))
+    x = torch.randn(4, N * D, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # a fallback warns
+        got = compiled(x2)
+    assert optimus_eq.last_reports[-1].fallback is None
+    want = model(x)
+    torch.testing.assert_close(got, want)
+    w = torch.randn_like(want)
+    (want * w).sum().backward()
+    (got * w).sum().backward()
+    torch.testing.assert_close(x2.grad, x.grad)
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(q.grad, p.grad)

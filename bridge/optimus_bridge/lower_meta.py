@@ -92,6 +92,11 @@ def propagate_meta(graph: Graph, root: torch.nn.Module, original: GraphModule, f
         return t
 
     def slow(n: Node):
+        if n.op == "call_function" and n.target is _REGISTER_HOOK and type(n.args[0]) is Node:
+            # the tensor itself; registering the user's hook needs a FakeTensor that requires grad, which
+            # the meta twins of emitted nodes are not (a hook on a batched linear's member failed the lowering)
+            out = n.meta["val"] = env[n.args[0]]
+            return out
         with mode, _writes_into_grad_leaves(n, env):
             out = prop.run_node(n)
         for a in n.all_input_nodes:  # an in-place op may have changed its inputs' metadata
@@ -139,6 +144,14 @@ def propagate_meta(graph: Graph, root: torch.nn.Module, original: GraphModule, f
                 n.meta["example_value"] = n.meta["val"]
         else:
             env[n] = n.meta["val"] = n.meta["example_value"] = val
+
+
+#: Dynamo's ``tensor.register_hook(fn)`` inside a graph: ``register_hook(tensor, hook_body, *freevars)``
+#: registers the hook and returns ``tensor``
+try:
+    from torch._higher_order_ops.register_hook import register_hook_op as _REGISTER_HOOK
+except ImportError:  # a torch without the op: no graph holds it
+    _REGISTER_HOOK = None
 
 
 def _writes_into_grad_leaves(n: Node, env: dict):
