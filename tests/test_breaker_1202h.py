@@ -154,3 +154,36 @@ def test_a_gradient_hook_inside_the_model_fires_as_in_eager(strategy, where):
     torch.testing.assert_close(x2.grad, x.grad)
     for p, q in zip(model.parameters(), twin.parameters()):
         torch.testing.assert_close(q.grad, p.grad)
+
+
+class _EnableGradRegion(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.ModuleList(torch.nn.Linear(D, D) for _ in range(2 * N))
+
+    def forward(self, x):
+        xs = torch.split(x, D, 1)
+        with torch.enable_grad():
+            a = [self.lin[i](xs[i]).tanh() for i in range(N)]
+        return torch.cat(a + [self.lin[N + i](xs[i]).tanh() for i in range(N)], 1)
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
+def test_an_enable_grad_region_called_under_no_grad_is_optimized(strategy):
+    """Called under ``torch.no_grad()``, the region's values require grad but reach the output (a cat under
+    no_grad) along no gradient path. Lowering's check of the region's segment forbade the batched linears'
+    extra paths all the same ("output 0 would have gradient paths eager does not have"): the segment was left
+    as it was, with a warning, though no gradient can observe them."""
+    torch.manual_seed(0)
+    model = _EnableGradRegion()
+    compiled = torch.compile(model, backend=optimus_eq.backend(strategy, compile=False))
+    x = torch.randn(4, N * D)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        got = compiled(x)
+        want = model(x)
+    report = optimus_eq.last_reports[-1]
+    assert not any("failed" in note for note in report.notes), report.notes
+    assert report.patterns_fired.get("batch_linear", 0) >= 1
+    assert got.requires_grad == want.requires_grad
+    torch.testing.assert_close(got, want)
