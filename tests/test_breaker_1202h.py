@@ -187,3 +187,46 @@ def test_an_enable_grad_region_called_under_no_grad_is_optimized(strategy):
     assert report.patterns_fired.get("batch_linear", 0) >= 1
     assert got.requires_grad == want.requires_grad
     torch.testing.assert_close(got, want)
+
+
+class _Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.ModuleList(torch.nn.Linear(D, D) for _ in range(N))
+
+    def forward(self, x, scale, bias=None):
+        xs = torch.split(x, D, 1)
+        out = torch.cat([torch.tanh(self.lin[i](xs[i])) for i in range(N)], 1) * scale
+        return out if bias is None else out + bias
+
+
+@pytest.mark.parametrize("scale", [0.5, 2, True])
+def test_an_exported_program_with_a_number_argument_keeps_its_dynamic_batch(scale):
+    """``graph_signature.user_inputs`` holds a constant argument's value (``0.5``) where a tensor's name stands:
+    the dims to keep dynamic were matched by name, missed the count, and the optimized program was exported with
+    every dim static ("Guard failed: x.size()[0] == 4" at any other batch size)."""
+    torch.manual_seed(0)
+    model, bias = _Scaled().eval(), torch.ones(N * D)
+    b = torch.export.Dim("b")
+    ep = torch.export.export(model, (torch.randn(4, N * D), scale), {"bias": bias},
+                             dynamic_shapes={"x": {0: b}, "scale": None, "bias": None})
+    ep2, report = optimus_eq.optimize_exported(ep, strategy="greedy")
+    assert report.fallback is None and report.patterns_fired.get("batch_linear_post_grad") == 1
+    for rows in (4, 7, 2):
+        x = torch.randn(rows, N * D)
+        torch.testing.assert_close(ep2.module()(x, scale, bias=bias), ep.module()(x, scale, bias=bias))
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
+def test_an_exported_program_with_an_argument_passed_as_none_is_optimized(strategy):
+    """``ExportedProgram.module()`` gives an argument passed as None a placeholder whose ``val`` is None, which
+    read as a graph without FakeTensor meta: every such program (``attention_mask=None``) fell back."""
+    torch.manual_seed(0)
+    model, scale = _Scaled().eval(), torch.tensor(0.5)
+    ep = torch.export.export(model, (torch.randn(4, N * D), scale), {"bias": None})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # a fallback warns
+        ep2, report = optimus_eq.optimize_exported(ep, strategy=strategy)
+    assert report.fallback is None and report.patterns_fired.get("batch_linear_post_grad") == 1
+    x = torch.randn(4, N * D)
+    torch.testing.assert_close(ep2.module()(x, scale, bias=None), ep.module()(x, scale, bias=None))
