@@ -230,3 +230,21 @@ def test_an_exported_program_with_an_argument_passed_as_none_is_optimized(strate
     assert report.fallback is None and report.patterns_fired.get("batch_linear_post_grad") == 1
     x = torch.randn(4, N * D)
     torch.testing.assert_close(ep2.module()(x, scale, bias=None), ep.module()(x, scale, bias=None))
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
+def test_a_model_on_the_meta_device_is_optimized(strategy):
+    """The batched linear's ``bmm_add`` asks ``torch.is_autocast_enabled(device_type)``, which raises for
+    ``meta``: a model built on the meta device (shape and memory planning) fell back ("unknown device type for
+    autocast")."""
+    with torch.device("meta"):
+        model = _Fields()
+    compiled = torch.compile(model, backend=optimus_eq.backend(strategy, compile=False))
+    x = torch.empty(4, N * D, device="meta")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        got = compiled(x)
+    report = optimus_eq.last_reports[-1]
+    assert report.fallback is None and report.patterns_fired.get("batch_linear") == 1
+    want = model(x)
+    assert (got.shape, got.stride(), got.dtype, got.device) == (want.shape, want.stride(), want.dtype, want.device)
