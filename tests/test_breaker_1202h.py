@@ -268,3 +268,32 @@ def test_a_compiled_model_saves_with_safetensors_as_eager(tmp_path):
     st.load_model(loaded, path)
     x = torch.randn(3, N * D)
     torch.testing.assert_close(loaded(x), model(x))
+
+
+class _CountsCalls(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.ModuleList(torch.nn.Linear(D, D) for _ in range(N))
+
+    def forward(self, x, calls):
+        xs = torch.split(x, D, 1)
+        calls.add_(1)  # a write into a user input the rest does not read
+        return torch.cat([torch.tanh(self.lin[i](xs[i])) for i in range(N)], 1), calls
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
+def test_an_exported_program_writing_an_unrelated_input_still_batches(strategy):
+    """``ExportedProgram.module()`` starts with ``_guards_fn(x, calls)``, an op the alias analysis does not know
+    and took to alias all its inputs: the write into ``calls`` put ``x`` in a mutated group, froze every reader
+    of ``x`` and of the parameters, and nothing was optimized (no fallback, no warning)."""
+    torch.manual_seed(0)
+    ep = torch.export.export(_CountsCalls().eval(), (torch.randn(4, N * D), torch.zeros(())))
+    ep2, report = optimus_eq.optimize_exported(ep, strategy=strategy)
+    assert report.fallback is None
+    assert report.patterns_fired.get("batch_linear_post_grad") == 1, report.kept_reasons
+    x, c1 = torch.randn(4, N * D), torch.zeros(())
+    c2 = c1.clone()
+    want, got = ep.module()(x, c1), ep2.module()(x, c2)
+    torch.testing.assert_close(got[0], want[0])
+    torch.testing.assert_close(c2, c1)
+    assert got[1] is c2 and want[1] is c1

@@ -106,6 +106,11 @@ def frozen_nodes(gm: GraphModule, voc=vocab, inputs_may_alias: bool = True) -> s
     for n in nodes:
         if n.op in ("placeholder", "get_attr", "output") or _returns_fresh(n, voc):
             continue
+        if not n.users and n not in mutated:
+            # nobody reads its result and it writes nothing: it joins nothing (``ExportedProgram.module()``'s
+            # ``_guards_fn(x, y)``, an unknown op of every input, put them all in one group: a write into one
+            # input froze every reader of the others, breaker 1202h)
+            continue
         for a in n.all_input_nodes:
             union(a, n)
     # a training-mode batch / instance norm writes only its running statistics, and returns new storage: those
