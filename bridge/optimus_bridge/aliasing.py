@@ -4,6 +4,7 @@
   inputs may alias each other);
 * :func:`output_alias_nodes`: the view chains of outputs that overlap in eager, so they keep eager's aliasing;
 * :func:`layout_reader_nodes`: the view chains read by ``as_strided``, so it sees eager's storage and strides;
+* :func:`hooked_nodes`: a tensor a gradient hook is registered on, and its readers, so they read that tensor;
   :func:`observed_owners`: kept nodes whose layout their kept views observe (lowering restores eager's);
 * the storages eager shares where dynamo's meta does not (:func:`eager_storage_map`,
   :func:`eager_output_meta`: a dropout that draws nothing returns its input), and :func:`storage_id`, the
@@ -104,6 +105,11 @@ def frozen_nodes(gm: GraphModule, voc=vocab, inputs_may_alias: bool = True) -> s
 
     for n in nodes:
         if n.op in ("placeholder", "get_attr", "output") or _returns_fresh(n, voc):
+            continue
+        if not n.users and n not in mutated:
+            # nobody reads its result and it writes nothing: it joins nothing (``ExportedProgram.module()``'s
+            # ``_guards_fn(x, y)``, an unknown op of every input, put them all in one group: a write into one
+            # input froze every reader of the others, breaker 1202h)
             continue
         for a in n.all_input_nodes:
             union(a, n)
@@ -235,6 +241,32 @@ def layout_reader_nodes(gm: GraphModule, voc=vocab) -> set[Node]:
     keep: set[Node] = set()
     for chain in layout_reader_chains(gm, voc).values():
         keep.update(m for m in chain if m.op not in ("placeholder", "get_attr"))
+    return keep
+
+
+def registers_hook(n: Node) -> bool:
+    """Whether ``n`` registers a gradient hook on its first argument: Dynamo's ``register_hook`` higher-order op
+    (``tensor.register_hook(fn)`` inside a compiled region), or the method call."""
+    if n.op == "call_method":
+        return n.target == "register_hook"
+    return n.op == "call_function" and getattr(n.target, "__name__", None) == "register_hook" \
+        and getattr(n.target, "namespace", None) == "higher_order"
+
+
+def hooked_nodes(gm: GraphModule) -> set[Node]:
+    """Nodes kept verbatim for the gradient hooks the graph registers: each hooked tensor and every node that
+    reads it. A hook fires with the gradient that reaches that tensor object through all its readers; a
+    rewrite that made a reader compute from an equal value elsewhere (the linear of a split piece batched
+    from a view of the whole input) sent its gradient past the hook (breaker 1202h: the gradient of
+    ``xs[0].register_hook(lambda g: 2 * g)`` came back undoubled). Readers of the op's own result (the same
+    tensor) need nothing: it is opaque."""
+    keep: set[Node] = set()
+    for n in gm.graph.nodes:
+        if registers_hook(n) and n.args and isinstance(n.args[0], Node):
+            hooked = n.args[0]
+            if hooked.op not in ("placeholder", "get_attr"):
+                keep.add(hooked)
+            keep.update(hooked.users)
     return keep
 
 

@@ -83,20 +83,27 @@ def _kinds(value) -> list:
 def _dynamic_shapes(ep, module, args, kwargs):
     """``dynamic_shapes`` for exporting ``module`` (the optimized ``ep.module()``) with ``args``/``kwargs``:
     ``Dim.AUTO`` at every dim of a user input that is symbolic in ``ep``, None (static) elsewhere, keyed by
-    ``module.forward``'s parameter names; None when ``ep`` has no symbolic input dim."""
+    ``module.forward``'s parameter names; None when ``ep`` has no symbolic input dim.
+
+    The user inputs are read off ``ep``'s input specs, constants (an ``int`` or ``float`` argument, None)
+    included, in the order of ``ep``'s input tree: ``graph_signature.user_inputs`` holds a constant's value
+    where a tensor's name stands, so a program with a ``scale: float`` argument was exported again with every
+    dim static (breaker 1202h: the optimized program refused other batch sizes)."""
     import inspect
 
     from torch.export import Dim
-    from torch.utils._pytree import tree_flatten, tree_unflatten
+    from torch.export.graph_signature import InputKind
+    from torch.utils._pytree import tree_unflatten
 
-    user = set(ep.graph_signature.user_inputs)
-    vals = [n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder" and n.name in user]
+    names = [getattr(s.arg, "name", None) for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    by_name = {n.name: n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"}
+    vals = [by_name.get(name) for name in names]
     specs = [{d: Dim.AUTO for d, s in enumerate(v.shape) if not isinstance(s, int)} or None
              if isinstance(v, torch.Tensor) else None for v in vals]
     if not any(specs):
         return None
-    bound = inspect.signature(module.forward).bind(*args, **kwargs).arguments
-    flat, tree = tree_flatten(dict(bound))
-    if len(flat) != len(specs):
+    in_spec = ep.call_spec.in_spec
+    if in_spec is None or in_spec.num_leaves != len(specs):
         return None  # an input structure this mapping does not know: export decides (static)
-    return tree_unflatten(specs, tree)
+    arg_specs, kwarg_specs = tree_unflatten(specs, in_spec)
+    return dict(inspect.signature(module.forward).bind(*arg_specs, **kwarg_specs).arguments)

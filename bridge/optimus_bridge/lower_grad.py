@@ -125,7 +125,8 @@ def _allowed_paths(at_output: tuple, final_reach: tuple | None) -> list[int]:
     output positions each of its outputs reaches, :data:`optimus_bridge.grad_facts.OUTPUT_REACH`) every
     source that eager connects to all the final outputs the position reaches (a batched Linear's output
     depends on every member's weight; when all members feed one final output, each weight has a gradient
-    path to it in eager too, so no None gradient becomes zeros)."""
+    path to it in eager too, so no None gradient becomes zeros). A position that carries gradient but reaches no
+    final output along gradient paths is read only where no gradient flows: every source is harmless there."""
     if final_reach is None or len(final_reach) != len(at_output):
         return list(at_output)
     union: dict[int, int] = {}
@@ -136,7 +137,11 @@ def _allowed_paths(at_output: tuple, final_reach: tuple | None) -> list[int]:
             mask ^= bit
     allowed = list(at_output)
     for i, mask in enumerate(final_reach):
-        if mask:
+        if not mask and at_output[i]:
+            # carries gradient yet reaches no final output along gradient paths in eager (read only by a later
+            # no_grad segment: an enable_grad region inside a call under no_grad): its paths are unobservable
+            allowed[i] = -1
+        elif mask:
             common = -1
             while mask:
                 bit = mask & -mask

@@ -15,6 +15,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
+from optimus_bridge.effects import is_mutation
 from optimus_bridge.fx_meta import meta_val
 from optimus_bridge.overlap import static_layout
 
@@ -91,7 +92,12 @@ def propagate_meta(graph: Graph, root: torch.nn.Module, original: GraphModule, f
         return t
 
     def slow(n: Node):
-        with mode:
+        if n.op == "call_function" and n.target is _REGISTER_HOOK and type(n.args[0]) is Node:
+            # the tensor itself; registering the user's hook needs a FakeTensor that requires grad, which
+            # the meta twins of emitted nodes are not (a hook on a batched linear's member failed the lowering)
+            out = n.meta["val"] = env[n.args[0]]
+            return out
+        with mode, _writes_into_grad_leaves(n, env):
             out = prop.run_node(n)
         for a in n.all_input_nodes:  # an in-place op may have changed its inputs' metadata
             twins.pop(a, None)
@@ -138,6 +144,28 @@ def propagate_meta(graph: Graph, root: torch.nn.Module, original: GraphModule, f
                 n.meta["example_value"] = n.meta["val"]
         else:
             env[n] = n.meta["val"] = n.meta["example_value"] = val
+
+
+#: Dynamo's ``tensor.register_hook(fn)`` inside a graph: ``register_hook(tensor, hook_body, *freevars)``
+#: registers the hook and returns ``tensor``
+try:
+    from torch._higher_order_ops.register_hook import register_hook_op as _REGISTER_HOOK
+except ImportError:  # a torch without the op: no graph holds it
+    _REGISTER_HOOK = None
+
+
+def _writes_into_grad_leaves(n: Node, env: dict):
+    """``torch.no_grad()`` for an in-place node with an input whose FakeTensor is a leaf that requires grad,
+    else a no-op context. Such a meta is not eager's: ``torch.export`` leaves a user input that the program
+    writes a value requiring grad into (a KV cache filled from a Linear: ``cache[:, :b] = out``) with
+    ``requires_grad`` set on its placeholder's leaf FakeTensor, where autograd refuses the in-place op
+    (eager could only run it without grad). Every such exported program fell back (breaker 1202h)."""
+    import contextlib
+
+    if is_mutation(n) and any(isinstance(v := env.get(a), torch.Tensor) and v.requires_grad and v.is_leaf
+                              for a in n.all_input_nodes):
+        return torch.no_grad()
+    return contextlib.nullcontext()
 
 
 #: View ops whose plain meta kernel gives exactly FakeTensorProp's result (the ops lowering emits for the

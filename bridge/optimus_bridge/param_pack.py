@@ -47,6 +47,7 @@ kernels leave the training step.
 from __future__ import annotations
 
 import operator
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -57,6 +58,9 @@ from optimus_bridge import vocab
 from optimus_bridge.aliasing import storage_id
 from optimus_bridge.effects import is_mutation
 from optimus_bridge.param_pack_runtime import _DATA_PTR, _RAW_APPLY, PackedStack, SavedVersions, packed_stack
+
+#: serializes :meth:`ParameterPacks._refresh` (re-packs are rare: a parameter moved since the last call)
+_REFRESH_LOCK = threading.RLock()
 
 #: FX targets whose result a parameter buffer can stand for: ``torch.stack`` (dim 0) and ``torch.cat`` (dim 0)
 PACKABLE = {torch.stack: "stack", torch.cat: "cat"}
@@ -279,21 +283,26 @@ class ParameterPacks:
         return [_fresh_example(x) if i in moved else x for i, x in enumerate(example_inputs)]
 
     def _refresh(self, args: Sequence[Any], grad_on: bool) -> list[torch.Tensor]:
-        """Inputs for a call whose parameters moved: re-pack those that qualify, compute the rest."""
+        """Inputs for a call whose parameters moved: re-pack those that qualify, compute the rest.
+
+        One thread at a time (:data:`_REFRESH_LOCK`): module instances that share the compiled code, called
+        from several threads, re-pack the same :class:`Pack` in turn, and a call read the buffer another
+        thread's re-pack had just set (another instance's weights; breaker 1202h)."""
         out = []
-        for pack in self.packs:
-            params = [args[i] for i in pack.positions]
-            if [p.data_ptr() for p in params] == pack.ptrs:
-                pass
-            elif _qualifies(params, pack.kind, need_no_grad=self.grad_mode and not pack.grad):
-                pack.buffer = _pack(pack.kind, params)
-                pack.ptrs = [p.data_ptr() for p in params]
-            else:  # the graph's own stack (differentiable where gradients flow)
-                with torch.set_grad_enabled(grad_on and pack.grad):
-                    out.append(pack.compute(params))
-                continue
-            out.append(packed_stack(pack.buffer, pack.sizes, *params) if grad_on and pack.grad else pack.buffer)
-        self._layout()
+        with _REFRESH_LOCK:
+            for pack in self.packs:
+                params = [args[i] for i in pack.positions]
+                if [p.data_ptr() for p in params] == pack.ptrs:
+                    buffer = pack.buffer
+                elif _qualifies(params, pack.kind, need_no_grad=self.grad_mode and not pack.grad):
+                    buffer = pack.buffer = _pack(pack.kind, params)
+                    pack.ptrs = [p.data_ptr() for p in params]
+                else:  # the graph's own stack (differentiable where gradients flow)
+                    with torch.set_grad_enabled(grad_on and pack.grad):
+                        out.append(pack.compute(params))
+                    continue
+                out.append(packed_stack(buffer, pack.sizes, *params) if grad_on and pack.grad else buffer)
+            self._layout()
         return out
 
     def _version_table(self) -> tuple[list[int], list[int], list[Callable]]:

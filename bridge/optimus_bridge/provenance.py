@@ -16,6 +16,7 @@ import torch
 from torch.fx import Node
 
 from optimus_bridge import aten_vocab, vocab
+from optimus_bridge.aliasing import hooked_nodes
 from optimus_bridge.effects import changes_global_state, is_mutation
 from optimus_bridge.fx_meta import is_static_tensor, meta_val
 from optimus_bridge.translation import Translation
@@ -41,7 +42,8 @@ def kept_reasons(tr: Translation, level: str = "pre_grad") -> dict[str, str]:
 
     Reasons, checked in this order, for nodes the translator froze (``Translation.frozen``): ``in-place op``
     (it writes into an input), ``grad-mode/autocast region`` (from the first to the last global-state change:
-    ``with torch.no_grad()`` and the like), ``touches a mutated tensor or a user-visible alias`` (reads or is a
+    ``with torch.no_grad()`` and the like), ``gradient hook`` (a tensor a hook is registered on, or a reader
+    of it), ``touches a mutated tensor or a user-visible alias`` (reads or is a
     view of a tensor written in place, or an output whose aliasing the user sees); then ``unsupported op
     <target>`` (outside the vocabulary of the IR level), ``symbolic size`` (a size the rewrites would compute on
     is not static), ``not a tensor`` (a tuple or scalar other kept ops read), ``unsupported arguments`` (a
@@ -51,6 +53,7 @@ def kept_reasons(tr: Translation, level: str = "pre_grad") -> dict[str, str]:
     nodes = list(tr.gm.graph.nodes)
     marks = [i for i, n in enumerate(nodes) if changes_global_state(n)]
     region = set(nodes[marks[0]:marks[-1] + 1]) if marks else set()
+    hooked = hooked_nodes(tr.gm)
     out = {}
     for n in kept_ops(tr):
         val = meta_val(n)
@@ -58,6 +61,8 @@ def kept_reasons(tr: Translation, level: str = "pre_grad") -> dict[str, str]:
             why = "in-place op"
         elif n in tr.frozen and n in region:
             why = "grad-mode/autocast region (kept in order)"
+        elif n in tr.frozen and n in hooked:
+            why = "gradient hook (the hooked tensor, or a reader of it)"
         elif n in tr.frozen:
             why = "touches a mutated tensor or a user-visible alias"
         elif op_name(n) is None:

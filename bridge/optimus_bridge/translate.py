@@ -40,7 +40,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from optimus_bridge import vocab
-from optimus_bridge.aliasing import (eager_output_meta, eager_storage_map, frozen_nodes, layout_reader_nodes,
+from optimus_bridge.aliasing import (eager_output_meta, eager_storage_map, frozen_nodes, hooked_nodes, layout_reader_nodes,
                                      output_alias_nodes, storage_id)
 from optimus_bridge.fx_meta import Unsupported, is_static_tensor, meta_val
 from optimus_bridge.normalize import Normalization
@@ -95,7 +95,7 @@ class Translator(Normalization, RowWriter):
             t.internal_outputs = frozenset(range(len(flat))) - t.visible_outputs
         if self.keeps_output_aliasing:
             t.frozen |= output_alias_nodes(self.gm, self.vocab, t.visible_outputs)
-        t.frozen |= layout_reader_nodes(self.gm, self.vocab)
+        t.frozen |= layout_reader_nodes(self.gm, self.vocab) | hooked_nodes(self.gm)
         for node in self.gm.graph.nodes:
             if node.op == "output":
                 self._output(node)

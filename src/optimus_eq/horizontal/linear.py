@@ -74,9 +74,18 @@ def bmm_add(bias: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor) -> torch
     low-precision type and the add would then promote the result back to the float32 bias's type, where
     eager's linear (and baddbmm) give the autocast type. (Under ``torch.fx.symbolic_trace``, which unpickling a
     GraphModule runs, ``mat1`` is a Proxy of unknown device: it traces as ``bmm`` and the add.)"""
-    if isinstance(mat1, torch.Tensor) and torch.is_autocast_enabled(mat1.device.type):
+    if isinstance(mat1, torch.Tensor) and _autocast_enabled(mat1.device.type):
         return torch.baddbmm(bias, mat1, mat2)
     return torch.bmm(mat1, mat2) + bias
+
+
+def _autocast_enabled(device_type: str) -> bool:
+    """``torch.is_autocast_enabled(device_type)``, False for a device type autocast does not know (``meta``:
+    it raises there, and a model on the meta device fell back with "unknown device type for autocast")."""
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except RuntimeError:
+        return False
 
 
 def _add_after_bmm(types) -> bool:
