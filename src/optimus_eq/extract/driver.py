@@ -65,7 +65,9 @@ def extract(view: EGraphView, roots: list, forced_nodes: set, model: GPUCostMode
         forced_nodes: e-node ids that must be chosen in their class (opaque ops kept verbatim); a class
             whose forced e-node is a self loop (``EGraphView.self_loops``) has no plan. Ids that are not
             e-nodes of ``view`` are ignored.
-        method: ``"tree"`` (the tree plan only), ``"ilp"`` (the fast plan, then every component of the
+        method: ``"tree"`` (the tree plan only), ``"fast"`` (the fast plan: tree plan and local search, no
+            pruning and no exact stage; for plans that only seed a search, e.g. the horizontal round's),
+            ``"ilp"`` (the fast plan, then every component of the
             choice core exactly, each with the whole remaining budget) or ``"auto"`` (the fast plan, then
             components up to ``ilp_max_nodes`` e-nodes exactly, each with a budget that grows with its
             size); see the module docstring of :mod:`optimus_eq.extract`.
@@ -87,8 +89,8 @@ def extract(view: EGraphView, roots: list, forced_nodes: set, model: GPUCostMode
             e-node of a class: the ``taso`` search meets such states and drops them).
         ValueError: for an unknown ``method``.
     """
-    if method not in ("tree", "ilp", "auto"):
-        raise ValueError(f"unknown extraction method {method!r}; valid: 'tree', 'ilp', 'auto'")
+    if method not in ("tree", "fast", "ilp", "auto"):
+        raise ValueError(f"unknown extraction method {method!r}; valid: 'tree', 'fast', 'ilp', 'auto'")
     with no_gc():
         return _extract(view, roots, forced_nodes, model or GPUCostModel(), method, seconds, ilp_max_nodes,
                         max_rounds, deadline)
@@ -117,7 +119,8 @@ def _extract(view, roots, forced_nodes, model, method, seconds, ilp_max_nodes, m
     rroots = list(dict.fromkeys(p.cid[r] for r in roots))
     pick = list(tree_pick)
     notes: list[str] = []
-    prep = _prepare(p, tree_pick, rroots, ilp_max_nodes if method == "auto" else None)
+    # "fast" prunes nothing (limit 0): the local search keeps its plans acyclic by itself
+    prep = _prepare(p, tree_pick, rroots, {"auto": ilp_max_nodes, "fast": 0}.get(method))
     lap("prepare")
 
     # the classes a plan needs: one walk per plan (4 walks before, 0.15 s each at 287k e-nodes)
@@ -147,9 +150,10 @@ def _extract(view, roots, forced_nodes, model, method, seconds, ilp_max_nodes, m
         lap("refine")
         if moves:
             method_used = "tree+refine"
-        method_used, rounds = _exact(p, prep, method, ilp_max_nodes, max_rounds, end, fast, set(fast_needed),
-                                     pick, stats, notes, method_used)
-        lap("exact")
+        if method != "fast":
+            method_used, rounds = _exact(p, prep, method, ilp_max_nodes, max_rounds, end, fast, set(fast_needed),
+                                         pick, stats, notes, method_used)
+            lap("exact")
     if prep.pruned:
         notes.append(f"{prep.pruned} cyclic e-nodes pruned")
 
@@ -237,11 +241,14 @@ def _exact(p, prep, method, ilp_max_nodes, max_rounds, end, fast, used, pick, st
             if len(same) == 1:
                 firsts.append((n, order))
     batches: list[tuple[int, list[list[int]]]] = []  # (e-nodes, distinct components)
-    for n, g in firsts:
-        if batches and batches[-1][0] + n <= BATCH:
+    alone = False  # a component with a cycle is solved alone (its LP relaxation is almost never integral:
+    for n, g in firsts:  # in a batch it costs an LP solve that is then halved)
+        cyc = any(cyclic[c] for c in g)
+        if batches and not (cyc or alone) and batches[-1][0] + n <= BATCH:
             batches[-1] = (batches[-1][0] + n, batches[-1][1] + [g])
         else:
             batches.append((n, [g]))
+        alone = cyc
     by_first = {id(gs[0]): gs for gs in copies.values()}
     size_of = {id(g): n for n, g in firsts}
     if batches:
