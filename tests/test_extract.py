@@ -329,6 +329,10 @@ def test_local_search_plans_are_valid(seed):
     assert opt - 1e-9 <= check_plan(g, ex) <= tree + 1e-9
     if proven(ex):
         assert check_plan(g, ex) == pytest.approx(opt, abs=1e-9)
+    # "fast" (the horizontal round's plans): the local search alone, nothing pruned, no exact stage
+    ex = g.extract("fast")
+    assert ex.method in ("tree", "tree+refine") and "exact_components" not in ex.stats, (ex.method, ex.note)
+    assert opt - 1e-9 <= check_plan(g, ex) <= tree + 1e-9
 
 
 @pytest.mark.parametrize("k", [2, 3, 5])

@@ -22,6 +22,11 @@ from optimus_eq.extract.view import EGraphView, no_gc
 
 #: ``"auto"``: components of the choice core up to this many e-nodes are solved exactly.
 EXACT_MAX_NODES = 4_000
+#: ``"auto"``: components with a cycle (no lower bound: :mod:`.bound` needs an acyclic component) are solved
+#: exactly up to this many e-nodes. Default: as acyclic ones. At 2,000, launch_bound's gpu-preset component after
+#: the horizontal round (3,053 e-nodes, 0.3 s of HiGHS to prove the fast plan optimal; LP bound 58 against
+#: 399 us) keeps the fast plan unproven (bench/results/eqsat_speed_cpu_2026-12-02b).
+EXACT_MAX_CYCLIC_NODES = EXACT_MAX_NODES
 #: Time budget of one exact solve (a batch of components): this many seconds, plus ...
 EXACT_BASE_S = 0.05
 #: ... this many per e-node of the batch (2,000 e-nodes: 2.05 s; a batch whose relaxation is fractional is halved).
@@ -221,19 +226,25 @@ def _exact(p, prep, method, ilp_max_nodes, max_rounds, end, fast, used, pick, st
     kids, cost, mandatory, cyclic = p.kids, p.cost, ilp.mandatory, ilp.cyclic
     closed: set[int] = set()  # ids of components where the fast plan meets the lower bound: optimal, no solve
     fast_gaps: list[float] = []  # relative gaps of the fast plan on components left to it (over the limit)
+    over: list[int] = []  # sizes of the components left to the fast plan by their size
     for n, g in groups:
         # the fast plan's cost on the component, against a lower bound of every plan's (extract.bound)
         lb = component_bound(g, prep.vnodes, kids, cost, fixed, mandatory, cyclic)
+        lim = limit
+        if lb is None and limit is not None and any(cyclic[c] for c in g):
+            lim = min(limit, EXACT_MAX_CYCLIC_NODES)
         if lb is not None:
             mine = sum(cost[fast[c]] for c in g if not fixed[c] and c in used)
             if mine <= lb * (1 + BOUND_RTOL) + BOUND_ATOL:
                 closed.add(id(g))
                 continue
-            if limit is not None and n > limit:
+            if lim is not None and n > lim:
                 fast_gaps.append((mine - lb) / mine if mine > 0 else 0.0)
-        elif limit is not None and n > limit:
+        elif lim is not None and n > lim:
             fast_gaps.append(float("inf"))
-        if limit is None or n <= limit:
+        if lim is not None and n > lim:
+            over.append(n)
+        else:
             # small components share a HiGHS call anyway (BATCH e-nodes per call): not worth a signature
             sig, order = (_signature(p, prep, ilp, g) if n >= DEDUP_MIN_NODES and shared[n] > 1 else (id(g), g))
             same = copies.setdefault(sig, [])
@@ -303,13 +314,13 @@ def _exact(p, prep, method, ilp_max_nodes, max_rounds, end, fast, used, pick, st
                     improved += after < before - 1e-9
                     for c, i in mine.items():
                         pick[c] = i
-    over = [n for n, g in groups if limit is not None and n > limit and id(g) not in closed]
     stats.update(exact_components=solved, exact_optimal=optimal, exact_improved=improved, bound_closed=len(closed),
                  fast_max_gap=max(fast_gaps, default=0.0),
                  exact_distinct=sum(len(c) for _, c in batches), exact_max_gap=max(gaps, default=0.0),
                  exact_s=exact_s, over_limit=over, deadline_skipped=skipped, exact_failed=why, exact_split=split)
     if over:
-        notes.append(f"{len(over)} ilp components over {limit} e-nodes (largest {max(over)}) left to the fast plan")
+        cyc = f" ({EXACT_MAX_CYCLIC_NODES} with a cycle)" if EXACT_MAX_CYCLIC_NODES < limit else ""
+        notes.append(f"{len(over)} ilp components over {limit}{cyc} e-nodes (largest {max(over)}) left to the fast plan")
     if failed:
         notes.append(f"{failed} ilp batches failed ({why[0]}); the fast plan kept there")
     if skipped:
