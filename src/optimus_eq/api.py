@@ -275,8 +275,8 @@ class _Plans:
         gradients: :func:`optimus_bridge.grad_facts.gradient_info` of the graph (None: forward only), given to every view.
 
     Call with an :class:`EGraph` (and ``exact=False`` for a plan that only seeds a horizontal round: with
-    ``method="auto"`` it is the fast plan, no exact stage; a later exact call on the same e-graph state reuses
-    the read); returns ``(EGraphView, Extraction)``. Raises RuntimeError on an
+    ``method="auto"`` it is the fast plan, no exact stage; a later exact call on the same e-graph state runs only
+    the exact stage on it, ``extract(resume=)``); returns ``(EGraphView, Extraction)``. Raises RuntimeError on an
     inconsistent e-graph (``EGraphView.inconsistent``) or when a root has no acyclic plan.
     ``deadline`` (a ``time.perf_counter()`` instant: the whole call's ``Limits.seconds``) is passed to every
     extraction.
@@ -300,8 +300,9 @@ class _Plans:
         self.phases.append("extract")
         t0, c0 = time.perf_counter(), time.process_time()
         for restore in (False, True, "all"):
+            resume = None
             if restore is False and self._last is not None and self._last[0] == state:
-                view = self._last[1][0]  # the same e-graph state, read for a fast plan: extract it again
+                view, resume = self._last[1]  # the same e-graph state, extracted fast: only the exact stage left
             else:
                 view = EGraphView.from_egraph(egraph, restore_subsumed=restore)
                 view.gradients, view.op_kinds, view.packable = (self.gradients, op_kinds(self.tr.recipes),
@@ -311,7 +312,7 @@ class _Plans:
             roots, forced = _roots_and_forced(view, self.tr)
             try:
                 ex = extract(view, roots, forced, self.cost_model, method=method, seconds=self.seconds,
-                             ilp_max_nodes=self.ilp_max_nodes, deadline=self.deadline)
+                             ilp_max_nodes=self.ilp_max_nodes, deadline=self.deadline, resume=resume)
                 break
             except NoAcyclicTerm:
                 # greedy's destructive rewrites, then a merge, can leave a class nothing but removed

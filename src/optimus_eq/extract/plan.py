@@ -36,6 +36,8 @@ class Extraction:
             :mod:`optimus_eq.extract.bound`: proven optimal, no solver run), ``fast_max_gap`` (the largest
             relative gap of the fast plan to that bound on components over the limit; inf where a cycle
             left it unbounded), ``stage_s`` (CPU seconds: costs, tree, prepare, refine, exact, check).
+        resume: the ``"fast"`` method's problem and plan, which :func:`optimus_eq.extract.extract` continues
+            from when given it as ``resume`` (None for the other methods).
     """
 
     choice: dict
@@ -45,6 +47,7 @@ class Extraction:
     ilp_rounds: int = 0
     note: str = ""
     stats: dict = field(default_factory=dict)
+    resume: dict | None = field(default=None, repr=False, compare=False)  # "fast": its state, for extract(resume=)
 
 
 def chosen_list(view: EGraphView, choice: dict, list_cls) -> list:

@@ -156,7 +156,7 @@ def _components(p: _Problem, valid: np.ndarray, reach: np.ndarray, fixed: np.nda
 def _prepare(p: _Problem, tree_pick: list[int], rroots: list[int], prune_max: int | None = None) -> _Prepared:
     """The pruned problem. With ``prune_max``, only cycles inside components of at most that many e-nodes
     (before pruning; pruning only splits components) are pruned: larger ones go to the local search, which
-    keeps its plans acyclic by itself (0: nothing is pruned)."""
+    keeps its plans acyclic by itself."""
     C, N = len(p.cids), len(p.kids)
     derivable = np.asarray(tree_pick, dtype=np.int64) >= 0
     bad_kid = np.bincount(p.enode, weights=~derivable[p.flat], minlength=N) > 0
@@ -175,7 +175,7 @@ def _prepare(p: _Problem, tree_pick: list[int], rroots: list[int], prune_max: in
 
     ev, reach, scc, cyclic = structure(valid)
     pruned = 0
-    if prune_max != 0 and (cyclic & reach).any():
+    if (cyclic & reach).any():
         allow = None
         if prune_max is not None:
             nvalid, _, fixed = _fixed(p, valid, ev, rroots)
