@@ -334,7 +334,10 @@ def _extraction_limits(stats: dict, ilp_max_nodes: int, ilp_seconds: float) -> l
     out = []
     if stats.get("over_limit"):
         over = stats["over_limit"]
-        out.append(f"extract: {len(over)} components over ilp_max_nodes = {ilp_max_nodes} e-nodes (largest "
+        cyc = stats.get("cyclic_limit")
+        cyc = (f" (with a cycle: {cyc}, extract.driver.EXACT_MAX_CYCLIC_NODES)"
+               if cyc is not None and cyc < ilp_max_nodes else "")
+        out.append(f"extract: {len(over)} components over ilp_max_nodes = {ilp_max_nodes}{cyc} e-nodes (largest "
                    f"{max(over)}) kept the fast plan")
     if stats.get("deadline_skipped"):
         out.append(f"extract: {stats['deadline_skipped']} components kept the fast plan: the time limit "
@@ -386,8 +389,8 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
         packable = packable_leaves(tr, example_inputs, cost_model)
         plans = _Plans(tr, phases, cost_model, extractor, ilp_seconds, ilp_max_nodes, gradients, deadline, packable)
         # a round's plan only seeds its group search: the fast plan, no exact stage (the final plan gets it)
-        hctx = HorizontalContext(tr, lambda eg: plans(eg, exact=False), pattern_options or {}, level=level, grad_facts=grad_facts,
-                                  eager_terms=eager_terms)
+        hctx = HorizontalContext(tr, lambda eg: plans(eg, exact=False), pattern_options or {}, level=level,
+                                 grad_facts=grad_facts, eager_terms=eager_terms)
         if chosen.needs_objective:
             strategy_options.setdefault("objective", _objective(tr, cost_model, gradients, packable))
 

@@ -337,10 +337,12 @@ def _exact(p, prep, method, ilp_max_nodes, max_rounds, end, fast, used, pick, st
     stats.update(exact_components=solved, exact_optimal=optimal, exact_improved=improved, bound_closed=len(closed),
                  fast_max_gap=max(fast_gaps, default=0.0),
                  exact_distinct=sum(len(c) for _, c in batches), exact_max_gap=max(gaps, default=0.0),
-                 exact_s=exact_s, over_limit=over, deadline_skipped=skipped, exact_failed=why, exact_split=split)
+                 exact_s=exact_s, over_limit=over, deadline_skipped=skipped, exact_failed=why, exact_split=split,
+                 cyclic_limit=min(ilp_max_nodes, EXACT_MAX_CYCLIC_NODES) if limit is not None else None)
     if over:
         cyc = f" ({EXACT_MAX_CYCLIC_NODES} with a cycle)" if EXACT_MAX_CYCLIC_NODES < limit else ""
-        notes.append(f"{len(over)} ilp components over {limit}{cyc} e-nodes (largest {max(over)}) left to the fast plan")
+        notes.append(f"{len(over)} ilp components over {limit}{cyc} e-nodes (largest {max(over)}) left to the "
+                     "fast plan")
     if failed:
         notes.append(f"{failed} ilp batches failed ({why[0]}); the fast plan kept there")
     if skipped:

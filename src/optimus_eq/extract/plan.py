@@ -30,7 +30,9 @@ class Extraction:
             than one possible e-node), ``tree_cost``, ``fast_cost`` (after local search), ``refine_moves``,
             ``components`` (of the choice core) and ``largest_component`` (e-nodes), ``exact_components``
             (solved by HiGHS), ``exact_optimal``, ``exact_improved``, ``exact_max_gap`` (relative, of those
-            stopped at their time budget), ``over_limit`` (sizes of components left to the fast plan),
+            stopped at their time budget), ``over_limit`` (sizes of components left to the fast plan by
+            ``ilp_max_nodes``, or by ``cyclic_limit``: the size limit of components with a cycle,
+            ``driver.EXACT_MAX_CYCLIC_NODES``),
             ``deadline_skipped`` (components the deadline left to the fast plan), ``exact_s``, ``cost``,
             ``bound_closed`` (components where the fast plan meets the lower bound of
             :mod:`optimus_eq.extract.bound`: proven optimal, no solver run), ``fast_max_gap`` (the largest
