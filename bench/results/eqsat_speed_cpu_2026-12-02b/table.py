@@ -20,8 +20,9 @@ def main(paths):
     print("| cell | tree | eqsat 2nd call s | greedy 2nd call s | eqsat/greedy | eqsat extract s | eqsat plan = base |")
     print("|---|---|---:|---:|---:|---:|---|")
     for (model, mode), by in cells.items():
-        base = {json.dumps(r["second_plan"]) for r in by.get(("base", "eqsat"), [])}
-        for tree in ("base", "new", "cyc0"):
+        ref = "base" if ("base", "eqsat") in by else "new"
+        base = {json.dumps(r["second_plan"]) for r in by.get((ref, "eqsat"), [])}
+        for tree in ("base", "new", "cyc0", "c2000"):
             e, g = by.get((tree, "eqsat"), []), by.get((tree, "greedy"), [])
             if not e or not g:
                 continue
