@@ -290,7 +290,7 @@ class _Plans:
         self.spent = 0.0       # seconds spent reading and extracting
         self.cpu_spent = 0.0   # the same in CPU seconds of this process
         self.reads = 0         # e-graph reads done (the rest were reused)
-        self._last = None      # ((id of the EGraph, its version), (view, extraction))
+        self._last = None      # ((id of the EGraph, its version), (view, extraction), extraction method)
 
     def __call__(self, egraph: EGraph, exact: bool = True):
         state = (id(egraph), egraph.version)
@@ -323,7 +323,7 @@ class _Plans:
                     raise
         self.spent += time.perf_counter() - t0
         self.cpu_spent += time.process_time() - c0
-        self.reads += 1
+        self.reads += resume is None
         self.phases.pop()
         self._last = (state, (view, ex), method)
         return view, ex
