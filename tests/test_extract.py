@@ -329,6 +329,16 @@ def test_local_search_plans_are_valid(seed):
     assert opt - 1e-9 <= check_plan(g, ex) <= tree + 1e-9
     if proven(ex):
         assert check_plan(g, ex) == pytest.approx(opt, abs=1e-9)
+    # "fast" (the horizontal round's plans): "auto" without its exact stage; "auto" resumed from it (the same
+    # view) is "auto" from scratch
+    view, roots = g.view(), g.root_ids()
+    ex = extract(view, roots, g.forced, g.model, method="fast")
+    assert ex.method in ("tree", "tree+refine") and "exact_components" not in ex.stats, (ex.method, ex.note)
+    assert opt - 1e-9 <= check_plan(g, ex) <= tree + 1e-9
+    again = extract(view, roots, g.forced, g.model, method="auto", resume=ex)
+    scratch = g.extract("auto")
+    assert (again.choice, again.dag_cost, again.method) == (scratch.choice, scratch.dag_cost, scratch.method)
+    assert again.resume is None and check_plan(g, again) == pytest.approx(opt, abs=1e-6)
 
 
 @pytest.mark.parametrize("k", [2, 3, 5])

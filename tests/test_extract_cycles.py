@@ -101,9 +101,10 @@ def test_a_batch_with_a_fractional_relaxation_is_split(monkeypatch):
     real = ilp._milp
     calls = []
 
-    def milp(cost, rows, cols, vals, lo, hi, n_int, ub, seconds, start=None, lp_only=False):
+    def milp(cost, rows, cols, vals, lo, hi, n_int, ub, seconds, start=None, lp_only=False, relax_first=True):
         calls.append(lp_only)
-        return ilp.FRACTIONAL if lp_only else real(cost, rows, cols, vals, lo, hi, n_int, ub, seconds, start)
+        return (ilp.FRACTIONAL if lp_only else
+                real(cost, rows, cols, vals, lo, hi, n_int, ub, seconds, start, relax_first=relax_first))
 
     monkeypatch.setattr(ilp, "_milp", milp)
     monkeypatch.setattr("optimus_eq.extract.driver.component_bound", lambda *a, **k: None)  # no bound closes
@@ -184,3 +185,32 @@ def test_dlrm_cycles_are_ruled_out_in_one_solve(monkeypatch):
     lazy = extract(view, roots, forced, model, method="ilp", seconds=120)
     assert lazy.method == "ilp" and lazy.ilp_rounds >= 2, lazy.note
     assert lazy.dag_cost == pytest.approx(got.dag_cost, abs=1e-6)
+
+
+@pytest.mark.parametrize("seed", [7000, 7100, 7200])
+def test_components_with_a_cycle_over_their_limit_keep_the_fast_plan(seed, monkeypatch):
+    """``EXACT_MAX_CYCLIC_NODES`` (0 here): every component with a cycle and no lower bound keeps the fast
+    plan (listed in ``over_limit``, never solved); the others are still solved, and the plan is valid, no
+    dearer than the fast plan and no cheaper than the optimum (brute force over each part)."""
+    from optimus_eq.extract import driver
+
+    parts, opt = _feasible_parts(seed, 6)
+    g = disjoint_union(parts)
+    whole = g.extract("auto").stats
+    solved: list[int] = []
+    real = ilp._ILP.solve
+
+    def solve(self, group, *args, **kw):
+        solved.append(any(self.cyclic[c] for c in group))
+        return real(self, group, *args, **kw)
+
+    monkeypatch.setattr(ilp._ILP, "solve", solve)
+    monkeypatch.setattr(driver, "EXACT_MAX_CYCLIC_NODES", 0)
+    ex = g.extract("auto")
+    st = ex.stats
+    assert not any(solved), "a component with a cycle went to HiGHS"
+    assert st["components"] == whole["components"] and not whole["over_limit"]
+    assert len(st["over_limit"]) + st["exact_components"] + st["bound_closed"] == st["components"]
+    assert opt - 1e-9 <= check_plan(g, ex) <= st["fast_cost"] + 1e-9
+    if st["over_limit"]:
+        assert "with a cycle" in ex.note

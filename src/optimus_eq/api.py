@@ -274,7 +274,9 @@ class _Plans:
         cost_model, method, seconds, ilp_max_nodes: as :func:`optimus_eq.extract.extract`.
         gradients: :func:`optimus_bridge.grad_facts.gradient_info` of the graph (None: forward only), given to every view.
 
-    Call with an :class:`EGraph`; returns ``(EGraphView, Extraction)``. Raises RuntimeError on an
+    Call with an :class:`EGraph` (and ``exact=False`` for a plan that only seeds a horizontal round: with
+    ``method="auto"`` it is the fast plan, no exact stage; a later exact call on the same e-graph state runs only
+    the exact stage on it, ``extract(resume=)``); returns ``(EGraphView, Extraction)``. Raises RuntimeError on an
     inconsistent e-graph (``EGraphView.inconsistent``) or when a root has no acyclic plan.
     ``deadline`` (a ``time.perf_counter()`` instant: the whole call's ``Limits.seconds``) is passed to every
     extraction.
@@ -288,23 +290,29 @@ class _Plans:
         self.spent = 0.0       # seconds spent reading and extracting
         self.cpu_spent = 0.0   # the same in CPU seconds of this process
         self.reads = 0         # e-graph reads done (the rest were reused)
-        self._last = None      # ((id of the EGraph, its version), (view, extraction))
+        self._last = None      # ((id of the EGraph, its version), (view, extraction), extraction method)
 
-    def __call__(self, egraph: EGraph):
+    def __call__(self, egraph: EGraph, exact: bool = True):
         state = (id(egraph), egraph.version)
-        if self._last is not None and self._last[0] == state:
+        method = self.method if exact or self.method != "auto" else "fast"
+        if self._last is not None and self._last[0] == state and self._last[2] in (method, self.method):
             return self._last[1]
         self.phases.append("extract")
         t0, c0 = time.perf_counter(), time.process_time()
         for restore in (False, True, "all"):
-            view = EGraphView.from_egraph(egraph, restore_subsumed=restore)
-            view.gradients, view.op_kinds, view.packable = self.gradients, op_kinds(self.tr.recipes), self.packable
+            resume = None
+            if restore is False and self._last is not None and self._last[0] == state:
+                view, resume = self._last[1]  # the same e-graph state, extracted fast: only the exact stage left
+            else:
+                view = EGraphView.from_egraph(egraph, restore_subsumed=restore)
+                view.gradients, view.op_kinds, view.packable = (self.gradients, op_kinds(self.tr.recipes),
+                                                                self.packable)
             if view.inconsistent:
                 raise RuntimeError(f"inconsistent e-graph ({view.inconsistent[0]})")
             roots, forced = _roots_and_forced(view, self.tr)
             try:
-                ex = extract(view, roots, forced, self.cost_model, method=self.method, seconds=self.seconds,
-                             ilp_max_nodes=self.ilp_max_nodes, deadline=self.deadline)
+                ex = extract(view, roots, forced, self.cost_model, method=method, seconds=self.seconds,
+                             ilp_max_nodes=self.ilp_max_nodes, deadline=self.deadline, resume=resume)
                 break
             except NoAcyclicTerm:
                 # greedy's destructive rewrites, then a merge, can leave a class nothing but removed
@@ -315,9 +323,9 @@ class _Plans:
                     raise
         self.spent += time.perf_counter() - t0
         self.cpu_spent += time.process_time() - c0
-        self.reads += 1
+        self.reads += resume is None
         self.phases.pop()
-        self._last = (state, (view, ex))
+        self._last = (state, (view, ex), method)
         return view, ex
 
 
@@ -326,7 +334,10 @@ def _extraction_limits(stats: dict, ilp_max_nodes: int, ilp_seconds: float) -> l
     out = []
     if stats.get("over_limit"):
         over = stats["over_limit"]
-        out.append(f"extract: {len(over)} components over ilp_max_nodes = {ilp_max_nodes} e-nodes (largest "
+        cyc = stats.get("cyclic_limit")
+        cyc = (f" (with a cycle: {cyc}, extract.driver.EXACT_MAX_CYCLIC_NODES)"
+               if cyc is not None and cyc < ilp_max_nodes else "")
+        out.append(f"extract: {len(over)} components over ilp_max_nodes = {ilp_max_nodes}{cyc} e-nodes (largest "
                    f"{max(over)}) kept the fast plan")
     if stats.get("deadline_skipped"):
         out.append(f"extract: {stats['deadline_skipped']} components kept the fast plan: the time limit "
@@ -377,8 +388,9 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
         report.training = gradients is not None
         packable = packable_leaves(tr, example_inputs, cost_model)
         plans = _Plans(tr, phases, cost_model, extractor, ilp_seconds, ilp_max_nodes, gradients, deadline, packable)
-        hctx = HorizontalContext(tr, plans, pattern_options or {}, level=level, grad_facts=grad_facts,
-                                  eager_terms=eager_terms)
+        # a round's plan only seeds its group search: the fast plan, no exact stage (the final plan gets it)
+        hctx = HorizontalContext(tr, lambda eg: plans(eg, exact=False), pattern_options or {}, level=level,
+                                 grad_facts=grad_facts, eager_terms=eager_terms)
         if chosen.needs_objective:
             strategy_options.setdefault("objective", _objective(tr, cost_model, gradients, packable))
 

@@ -6,7 +6,7 @@ tree-cost extractor), :mod:`.prune` (pruning, reachability, strongly connected c
 lower bound per component), :mod:`.ilp` (the ILP with cycle cuts), :mod:`.cycles` (its hub rows), :mod:`.refine`
 (local search), :mod:`.driver` (the :func:`extract` entry).
 
-One entry point, :func:`extract`, with three methods:
+One entry point, :func:`extract`, with four methods:
 
 * ``"tree"``: bottom-up tree cost with a priority queue (Knuth's generalization of Dijkstra to superior
   functions; egg's ``Extractor``). O(E log E), but a node shared by N users is paid N times; on deep
@@ -31,11 +31,16 @@ One entry point, :func:`extract`, with three methods:
      budget gives its incumbent (never dearer than the warm start) and its gap; a solve that gives nothing
      leaves the fast plan. Larger components keep the fast plan.
 * ``"ilp"``: the same, with every component solved exactly, each with the whole remaining budget.
+* ``"fast"``: ``"auto"`` up to its exact stage (the fast plan): ``optimize`` extracts the plan that seeds a
+  horizontal round this way (the round only reads it); when the round changed nothing, the final ``"auto"``
+  extraction resumes from it (``extract(resume=)``) and runs only the exact stage.
 
 Components are solved in order of size, small ones several at a time (up to 1,500 e-nodes per HiGHS call);
 a batch whose LP relaxation is fractional is halved, down to single components, each then solved with the MIP
 (HiGHS's branch and bound on a batch of independent components took 5x the sum of their separate solves on
-DLRM, and stopped at its budget).
+DLRM, and stopped at its budget). A component with a cycle is solved alone and straight with the MIP: with hub
+rows its relaxation is almost never integral (DLRM's batch of its two cyclic components was always halved).
+``driver.EXACT_MAX_CYCLIC_NODES`` caps the size of the cyclic components solved (default: ``ilp_max_nodes``).
 Costs of independent components add up, so keeping the cheaper plan per component is exact. A ``deadline``
 (the caller's whole-call limit, ``Limits.seconds``) stops the exact part: components it leaves keep the fast
 plan. ``Extraction.stats`` says how the plan was found.

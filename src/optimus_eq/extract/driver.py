@@ -22,6 +22,11 @@ from optimus_eq.extract.view import EGraphView, no_gc
 
 #: ``"auto"``: components of the choice core up to this many e-nodes are solved exactly.
 EXACT_MAX_NODES = 4_000
+#: ``"auto"``: components with a cycle (no lower bound: :mod:`.bound` needs an acyclic component) are solved
+#: exactly up to this many e-nodes. Default: as acyclic ones. At 2,000, launch_bound's gpu-preset component after
+#: the horizontal round (3,053 e-nodes, 0.3 s of HiGHS to prove the fast plan optimal; LP bound 58 against
+#: 399 us) keeps the fast plan unproven (bench/results/eqsat_speed_cpu_2026-12-02b).
+EXACT_MAX_CYCLIC_NODES = EXACT_MAX_NODES
 #: Time budget of one exact solve (a batch of components): this many seconds, plus ...
 EXACT_BASE_S = 0.05
 #: ... this many per e-node of the batch (2,000 e-nodes: 2.05 s; a batch whose relaxation is fractional is halved).
@@ -56,7 +61,7 @@ class NoAcyclicTerm(RuntimeError):
 
 def extract(view: EGraphView, roots: list, forced_nodes: set, model: GPUCostModel | None = None,
             method: str = "auto", seconds: float = 10.0, ilp_max_nodes: int = EXACT_MAX_NODES,
-            max_rounds: int = 20, deadline: float | None = None) -> Extraction:
+            max_rounds: int = 20, deadline: float | None = None, resume: Extraction | None = None) -> Extraction:
     """Choose one e-node for every e-class needed by ``roots``.
 
     Args:
@@ -65,7 +70,9 @@ def extract(view: EGraphView, roots: list, forced_nodes: set, model: GPUCostMode
         forced_nodes: e-node ids that must be chosen in their class (opaque ops kept verbatim); a class
             whose forced e-node is a self loop (``EGraphView.self_loops``) has no plan. Ids that are not
             e-nodes of ``view`` are ignored.
-        method: ``"tree"`` (the tree plan only), ``"ilp"`` (the fast plan, then every component of the
+        method: ``"tree"`` (the tree plan only), ``"fast"`` (``"auto"`` without its exact stage: the fast
+            plan, for plans that only seed a search, e.g. the horizontal round's; see ``resume``),
+            ``"ilp"`` (the fast plan, then every component of the
             choice core exactly, each with the whole remaining budget) or ``"auto"`` (the fast plan, then
             components up to ``ilp_max_nodes`` e-nodes exactly, each with a budget that grows with its
             size); see the module docstring of :mod:`optimus_eq.extract`.
@@ -76,6 +83,9 @@ def extract(view: EGraphView, roots: list, forced_nodes: set, model: GPUCostMode
         max_rounds: ILP solves per batch of components (each adds cuts for the cycles of the last plan).
         deadline: a ``time.perf_counter()`` instant (the caller's whole-call limit): no exact solve starts
             or runs past it, and the local search stops there (but gets at least ``REFINE_MIN_S``).
+        resume: an earlier ``"fast"`` extraction of this same ``view`` (same forced e-nodes, model and
+            ``ilp_max_nodes``): ``"auto"`` then runs only its exact stage on that fast plan (the result is what
+            ``"auto"`` from scratch gives). Ignored for another view or method.
 
     Returns:
         An :class:`Extraction`; its ``stats`` say how the plan was found (tree, fast and final costs, the
@@ -87,66 +97,84 @@ def extract(view: EGraphView, roots: list, forced_nodes: set, model: GPUCostMode
             e-node of a class: the ``taso`` search meets such states and drops them).
         ValueError: for an unknown ``method``.
     """
-    if method not in ("tree", "ilp", "auto"):
-        raise ValueError(f"unknown extraction method {method!r}; valid: 'tree', 'ilp', 'auto'")
+    if method not in ("tree", "fast", "ilp", "auto"):
+        raise ValueError(f"unknown extraction method {method!r}; valid: 'tree', 'fast', 'ilp', 'auto'")
     with no_gc():
         return _extract(view, roots, forced_nodes, model or GPUCostModel(), method, seconds, ilp_max_nodes,
-                        max_rounds, deadline)
+                        max_rounds, deadline, resume)
 
 
-def _extract(view, roots, forced_nodes, model, method, seconds, ilp_max_nodes, max_rounds, deadline) -> Extraction:
+def _extract(view, roots, forced_nodes, model, method, seconds, ilp_max_nodes, max_rounds, deadline,
+             resume=None) -> Extraction:
     start = time.perf_counter()
     clock = [time.process_time()]
-    stage_s: dict[str, float] = {}
+    st = resume.resume if resume is not None else None
+    if st is not None and (st["view"] is not view or method != "auto" or st["ilp_max_nodes"] != ilp_max_nodes):
+        st = None  # another e-graph, or another pruning: extract from scratch
+    stage_s: dict[str, float] = dict(st["stats"]["stage_s"]) if st is not None else {}
 
     def lap(name: str) -> None:  # CPU seconds per stage, for Extraction.stats["stage_s"]
         now = time.process_time()
         stage_s[name] = stage_s.get(name, 0.0) + now - clock[0]
         clock[0] = now
 
-    view.assign_costs(model, forced_nodes)
-    p = _Problem(view, forced_nodes)
-    lap("costs")
-    if len(view.nodes) == len(view.classes):  # one e-node per class (greedy's e-graph): nothing to choose
-        return _unique(view, p, roots, start)
-    tree_pick = p.tree()
-    lap("tree")
-    missing = [r for r in roots if not p.has(r) or tree_pick[p.cid[r]] < 0]
-    if missing:
-        raise NoAcyclicTerm(f"no acyclic term for e-classes {missing[:5]}")
-    rroots = list(dict.fromkeys(p.cid[r] for r in roots))
-    pick = list(tree_pick)
-    notes: list[str] = []
-    prep = _prepare(p, tree_pick, rroots, ilp_max_nodes if method == "auto" else None)
-    lap("prepare")
-
-    # the classes a plan needs: one walk per plan (4 walks before, 0.15 s each at 287k e-nodes)
-    tree_needed = p.plan_classes(tree_pick, rroots)
-    tree_cost = sum(p.cost[tree_pick[c]] for c in tree_needed)
-    choice = prep.reach & (prep.nvalid > 1)
-    stats: dict = {"e_nodes": len(p.kids), "e_classes": len(p.cids), "choice_classes": int(choice.sum()),
-                   "tree_cost": tree_cost, "stage_s": stage_s}
-    method_used, rounds = "tree", 0
+    if st is None:
+        view.assign_costs(model, forced_nodes)
+        p = _Problem(view, forced_nodes)
+        lap("costs")
+        if len(view.nodes) == len(view.classes):  # one e-node per class (greedy's e-graph): nothing to choose
+            return _unique(view, p, roots, start)
+        tree_pick = p.tree()
+        lap("tree")
+        missing = [r for r in roots if not p.has(r) or tree_pick[p.cid[r]] < 0]
+        if missing:
+            raise NoAcyclicTerm(f"no acyclic term for e-classes {missing[:5]}")
+        rroots = list(dict.fromkeys(p.cid[r] for r in roots))
+        pick = list(tree_pick)
+        notes: list[str] = []
+        prep = _prepare(p, tree_pick, rroots, ilp_max_nodes if method in ("auto", "fast") else None)
+        lap("prepare")
+        # the classes a plan needs: one walk per plan (4 walks before, 0.15 s each at 287k e-nodes)
+        tree_needed = p.plan_classes(tree_pick, rroots)
+        tree_cost = sum(p.cost[tree_pick[c]] for c in tree_needed)
+        choice = prep.reach & (prep.nvalid > 1)
+        stats: dict = {"e_nodes": len(p.kids), "e_classes": len(p.cids), "choice_classes": int(choice.sum()),
+                       "tree_cost": tree_cost, "stage_s": stage_s}
+        method_used = "tree"
+        fast, fast_needed = pick, tree_needed
+        if not choice.any():
+            notes.append("no choice")
+        elif method != "tree":
+            t0 = time.perf_counter()
+            # the whole exact budget, not a share of it: at 50k FX nodes (split/cat tangle, loaded machine) a
+            # quarter of 10 s ran out before the first move, and the tree plan (54x dearer) was kept
+            refine_end = t0 + max(REFINE_MIN_S, seconds)
+            if deadline is not None:
+                refine_end = min(refine_end, max(deadline, t0 + REFINE_MIN_S))
+            moves = _refine(p, pick, rroots, prep, refine_end, needed=tree_needed)
+            fast = list(pick)
+            fast_needed = p.plan_classes(fast, rroots) if moves else tree_needed
+            fast_cost = sum(p.cost[fast[c]] for c in fast_needed)
+            stats.update(refine_moves=moves, fast_cost=fast_cost, fast_s=time.perf_counter() - t0)
+            notes.append(f"fast plan: tree extraction ({tree_cost:.6g} us) + local search, {moves} moves "
+                         f"({fast_cost:.6g} us); {int(choice.sum())} choice classes")
+            lap("refine")
+            if moves:
+                method_used = "tree+refine"
+    else:  # the fast stage of an earlier "fast" extraction of this view: only the exact stage is left
+        p, tree_pick, rroots, prep = st["p"], st["tree_pick"], st["rroots"], st["prep"]
+        tree_needed, fast, fast_needed, method_used = st["tree_needed"], st["fast"], st["fast_needed"], st["method"]
+        choice = prep.reach & (prep.nvalid > 1)
+        pick, notes, stats = list(fast), list(st["notes"]), dict(st["stats"], stage_s=stage_s)
+        tree_cost = stats["tree_cost"]
+    rounds = 0
     end = start + seconds if deadline is None else min(start + seconds, deadline)
-    if not choice.any():
-        notes.append("no choice")
-    elif method != "tree":
-        t0 = time.perf_counter()
-        # the whole exact budget, not a share of it: at 50k FX nodes (split/cat tangle, loaded machine) a
-        # quarter of 10 s ran out before the first move, and the tree plan (54x dearer) was kept
-        refine_end = t0 + max(REFINE_MIN_S, seconds)
-        if deadline is not None:
-            refine_end = min(refine_end, max(deadline, t0 + REFINE_MIN_S))
-        moves = _refine(p, pick, rroots, prep, refine_end, needed=tree_needed)
-        fast = list(pick)
-        fast_needed = p.plan_classes(fast, rroots) if moves else tree_needed
-        fast_cost = sum(p.cost[fast[c]] for c in fast_needed)
-        stats.update(refine_moves=moves, fast_cost=fast_cost, fast_s=time.perf_counter() - t0)
-        notes.append(f"fast plan: tree extraction ({tree_cost:.6g} us) + local search, {moves} moves "
-                     f"({fast_cost:.6g} us); {int(choice.sum())} choice classes")
-        lap("refine")
-        if moves:
-            method_used = "tree+refine"
+    resumable = None
+    if method == "fast":
+        resumable = {"view": view, "ilp_max_nodes": ilp_max_nodes, "p": p, "tree_pick": tree_pick, "rroots": rroots,
+                     "prep": prep, "tree_needed": tree_needed, "fast": list(fast), "fast_needed": fast_needed,
+                     "method": method_used, "notes": list(notes), "stats": dict(stats, stage_s=dict(stage_s))}
+    elif method != "tree" and choice.any():
         method_used, rounds = _exact(p, prep, method, ilp_max_nodes, max_rounds, end, fast, set(fast_needed),
                                      pick, stats, notes, method_used)
         lap("exact")
@@ -172,7 +200,8 @@ def _extract(view, roots, forced_nodes, model, method, seconds, ilp_max_nodes, m
     lap("check")
     cids, nids = p.cids, p.nids
     chosen = {cids[c]: nids[pick[c]] for c in needed}
-    return Extraction(chosen, cost, method_used, time.perf_counter() - start, rounds, "; ".join(notes), stats)
+    return Extraction(chosen, cost, method_used, time.perf_counter() - start, rounds, "; ".join(notes), stats,
+                      resumable)
 
 
 def _signature(p, prep, ilp, g: list[int]) -> tuple:
@@ -217,19 +246,25 @@ def _exact(p, prep, method, ilp_max_nodes, max_rounds, end, fast, used, pick, st
     kids, cost, mandatory, cyclic = p.kids, p.cost, ilp.mandatory, ilp.cyclic
     closed: set[int] = set()  # ids of components where the fast plan meets the lower bound: optimal, no solve
     fast_gaps: list[float] = []  # relative gaps of the fast plan on components left to it (over the limit)
+    over: list[int] = []  # sizes of the components left to the fast plan by their size
     for n, g in groups:
         # the fast plan's cost on the component, against a lower bound of every plan's (extract.bound)
         lb = component_bound(g, prep.vnodes, kids, cost, fixed, mandatory, cyclic)
+        lim = limit
+        if lb is None and limit is not None and any(cyclic[c] for c in g):
+            lim = min(limit, EXACT_MAX_CYCLIC_NODES)
         if lb is not None:
             mine = sum(cost[fast[c]] for c in g if not fixed[c] and c in used)
             if mine <= lb * (1 + BOUND_RTOL) + BOUND_ATOL:
                 closed.add(id(g))
                 continue
-            if limit is not None and n > limit:
+            if lim is not None and n > lim:
                 fast_gaps.append((mine - lb) / mine if mine > 0 else 0.0)
-        elif limit is not None and n > limit:
+        elif lim is not None and n > lim:
             fast_gaps.append(float("inf"))
-        if limit is None or n <= limit:
+        if lim is not None and n > lim:
+            over.append(n)
+        else:
             # small components share a HiGHS call anyway (BATCH e-nodes per call): not worth a signature
             sig, order = (_signature(p, prep, ilp, g) if n >= DEDUP_MIN_NODES and shared[n] > 1 else (id(g), g))
             same = copies.setdefault(sig, [])
@@ -237,11 +272,14 @@ def _exact(p, prep, method, ilp_max_nodes, max_rounds, end, fast, used, pick, st
             if len(same) == 1:
                 firsts.append((n, order))
     batches: list[tuple[int, list[list[int]]]] = []  # (e-nodes, distinct components)
-    for n, g in firsts:
-        if batches and batches[-1][0] + n <= BATCH:
+    alone = False  # a component with a cycle is solved alone (its LP relaxation is almost never integral:
+    for n, g in firsts:  # in a batch it costs an LP solve that is then halved)
+        cyc = any(cyclic[c] for c in g)
+        if batches and not (cyc or alone) and batches[-1][0] + n <= BATCH:
             batches[-1] = (batches[-1][0] + n, batches[-1][1] + [g])
         else:
             batches.append((n, [g]))
+        alone = cyc
     by_first = {id(gs[0]): gs for gs in copies.values()}
     size_of = {id(g): n for n, g in firsts}
     if batches:
@@ -296,13 +334,15 @@ def _exact(p, prep, method, ilp_max_nodes, max_rounds, end, fast, used, pick, st
                     improved += after < before - 1e-9
                     for c, i in mine.items():
                         pick[c] = i
-    over = [n for n, g in groups if limit is not None and n > limit and id(g) not in closed]
     stats.update(exact_components=solved, exact_optimal=optimal, exact_improved=improved, bound_closed=len(closed),
                  fast_max_gap=max(fast_gaps, default=0.0),
                  exact_distinct=sum(len(c) for _, c in batches), exact_max_gap=max(gaps, default=0.0),
-                 exact_s=exact_s, over_limit=over, deadline_skipped=skipped, exact_failed=why, exact_split=split)
+                 exact_s=exact_s, over_limit=over, deadline_skipped=skipped, exact_failed=why, exact_split=split,
+                 cyclic_limit=min(ilp_max_nodes, EXACT_MAX_CYCLIC_NODES) if limit is not None else None)
     if over:
-        notes.append(f"{len(over)} ilp components over {limit} e-nodes (largest {max(over)}) left to the fast plan")
+        cyc = f" ({EXACT_MAX_CYCLIC_NODES} with a cycle)" if EXACT_MAX_CYCLIC_NODES < limit else ""
+        notes.append(f"{len(over)} ilp components over {limit}{cyc} e-nodes (largest {max(over)}) left to the "
+                     "fast plan")
     if failed:
         notes.append(f"{failed} ilp batches failed ({why[0]}); the fast plan kept there")
     if skipped:

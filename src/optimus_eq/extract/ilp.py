@@ -200,7 +200,7 @@ class _ILP:
                                    *order_values(p.kids, tvar, start, used).items()):
                         x0[col] = v
             res = _milp(np.concatenate([cost, np.zeros(len(tvar))]), rows, cols, vals, lo, hi, nx,
-                        np.concatenate([np.ones(nx), tub]), left, x0, lp_only)
+                        np.concatenate([np.ones(nx), tub]), left, x0, lp_only, relax_first=lp_only or not tvar)
             if isinstance(res, str):
                 return None, rnd, res
             x, optimal, gap = res
@@ -257,10 +257,12 @@ class _ILP:
             free.extend(index[i] for i in vnodes[c] if nxt in kids[i])
         return free, bound
 
-def _milp(cost, rows, cols, vals, lo, hi, n_int, ub, seconds, start=None, lp_only=False):
+def _milp(cost, rows, cols, vals, lo, hi, n_int, ub, seconds, start=None, lp_only=False, relax_first=True):
     """Solve min cost.x, lo <= A x <= hi, 0 <= x <= ub, the first n_int columns binary, from the feasible
     point ``start`` if given. Returns ``(x, optimal, gap)`` (at the time limit: HiGHS's incumbent, its
-    relative gap) or a reason (str): ``FRACTIONAL`` when ``lp_only`` and the LP relaxation is not integral."""
+    relative gap) or a reason (str): ``FRACTIONAL`` when ``lp_only`` and the LP relaxation is not integral.
+    ``relax_first=False`` goes to the MIP without solving the LP relaxation on its own first (for problems
+    whose relaxation is rarely integral: components with hub rows)."""
     from scipy.sparse import csc_matrix
 
     n = len(cost)
@@ -268,7 +270,7 @@ def _milp(cost, rows, cols, vals, lo, hi, n_int, ub, seconds, start=None, lp_onl
     if _highs() is not None:
         try:
             return _highs_direct(cost, a, np.asarray(lo, dtype=float), np.asarray(hi, dtype=float), n_int, ub,
-                                 seconds, start, lp_only)
+                                 seconds, start, lp_only, relax_first)
         except _HighsUnavailable:
             pass
     from scipy.optimize import Bounds, LinearConstraint, milp
@@ -344,7 +346,7 @@ def _highs():
     return _HIGHS[0]
 
 
-def _highs_direct(cost, a, lo, hi, n_int, ub, seconds, start=None, lp_only=False):
+def _highs_direct(cost, a, lo, hi, n_int, ub, seconds, start=None, lp_only=False, relax_first=True):
     """HiGHS through the bindings scipy ships (what ``milp`` does, minus ~1 ms of Python per call).
 
     The LP relaxation is solved first: on these problems it is almost always integral (every batch of the
@@ -366,7 +368,7 @@ def _highs_direct(cost, a, lo, hi, n_int, ub, seconds, start=None, lp_only=False
     lp.a_matrix_.index_ = a.indices
     lp.a_matrix_.value_ = a.data
     deadline = time.perf_counter() + seconds
-    for relaxed in (True, False):
+    for relaxed in ((True, False) if relax_first or lp_only else (False,)):
         if not relaxed:
             lp.integrality_ = [h.HighsVarType.kInteger] * n_int + [h.HighsVarType.kContinuous] * (n - n_int)
         highs = h._Highs()

@@ -30,12 +30,16 @@ class Extraction:
             than one possible e-node), ``tree_cost``, ``fast_cost`` (after local search), ``refine_moves``,
             ``components`` (of the choice core) and ``largest_component`` (e-nodes), ``exact_components``
             (solved by HiGHS), ``exact_optimal``, ``exact_improved``, ``exact_max_gap`` (relative, of those
-            stopped at their time budget), ``over_limit`` (sizes of components left to the fast plan),
+            stopped at their time budget), ``over_limit`` (sizes of components left to the fast plan by
+            ``ilp_max_nodes``, or by ``cyclic_limit``: the size limit of components with a cycle,
+            ``driver.EXACT_MAX_CYCLIC_NODES``),
             ``deadline_skipped`` (components the deadline left to the fast plan), ``exact_s``, ``cost``,
             ``bound_closed`` (components where the fast plan meets the lower bound of
             :mod:`optimus_eq.extract.bound`: proven optimal, no solver run), ``fast_max_gap`` (the largest
             relative gap of the fast plan to that bound on components over the limit; inf where a cycle
             left it unbounded), ``stage_s`` (CPU seconds: costs, tree, prepare, refine, exact, check).
+        resume: the ``"fast"`` method's problem and plan, which :func:`optimus_eq.extract.extract` continues
+            from when given it as ``resume`` (None for the other methods).
     """
 
     choice: dict
@@ -45,6 +49,7 @@ class Extraction:
     ilp_rounds: int = 0
     note: str = ""
     stats: dict = field(default_factory=dict)
+    resume: dict | None = field(default=None, repr=False, compare=False)  # "fast": its state, for extract(resume=)
 
 
 def chosen_list(view: EGraphView, choice: dict, list_cls) -> list:
