@@ -40,7 +40,7 @@ a batch whose LP relaxation is fractional is halved, down to single components, 
 (HiGHS's branch and bound on a batch of independent components took 5x the sum of their separate solves on
 DLRM, and stopped at its budget). A component with a cycle is solved alone and straight with the MIP: with hub
 rows its relaxation is almost never integral (DLRM's batch of its two cyclic components was always halved).
-``driver.EXACT_MAX_CYCLIC_NODES`` caps the size of the cyclic components solved (default: ``ilp_max_nodes``).
+``driver.EXACT_MAX_CYCLIC_NODES`` (2,000) caps the size of the cyclic components solved; a larger one keeps the fast plan.
 Costs of independent components add up, so keeping the cheaper plan per component is exact. A ``deadline``
 (the caller's whole-call limit, ``Limits.seconds``) stops the exact part: components it leaves keep the fast
 plan. ``Extraction.stats`` says how the plan was found.

@@ -23,10 +23,12 @@ from optimus_eq.extract.view import EGraphView, no_gc
 #: ``"auto"``: components of the choice core up to this many e-nodes are solved exactly.
 EXACT_MAX_NODES = 4_000
 #: ``"auto"``: components with a cycle (no lower bound: :mod:`.bound` needs an acyclic component) are solved
-#: exactly up to this many e-nodes. Default: as acyclic ones. At 2,000, launch_bound's gpu-preset component after
-#: the horizontal round (3,053 e-nodes, 0.3 s of HiGHS to prove the fast plan optimal; LP bound 58 against
-#: 399 us) keeps the fast plan unproven (bench/results/eqsat_speed_cpu_2026-12-02b).
-EXACT_MAX_CYCLIC_NODES = EXACT_MAX_NODES
+#: exactly up to this many e-nodes (half the acyclic limit): their LP bound is weak (the relaxation shares a
+#: batched result between the batched and unbatched alternatives), so HiGHS spends its time proving, not improving.
+#: launch_bound's gpu-preset component after the horizontal round (3,053 e-nodes, 0.3 s of HiGHS to prove the fast
+#: plan optimal; LP bound 58 against 399 us) keeps the fast plan, unproven, and says so in ``Report.limits``:
+#: eqsat's call 4.3x -> 1.4x greedy's there, same plans on every bench model (bench/results/eqsat_speed_cpu_2026-12-02b).
+EXACT_MAX_CYCLIC_NODES = 2_000
 #: Time budget of one exact solve (a batch of components): this many seconds, plus ...
 EXACT_BASE_S = 0.05
 #: ... this many per e-node of the batch (2,000 e-nodes: 2.05 s; a batch whose relaxation is fractional is halved).
