@@ -369,3 +369,28 @@ def test_buffers_are_static_inputs_and_dynamo_metadata_is_kept(monkeypatch):
     buffers = range(len(packs.keep), len(inputs))
     assert set(buffers) <= set(static)
     assert [s is None for s in sources] == [i in buffers for i in range(len(inputs))]
+
+
+class _UserStack(nn.Module):
+    """A model that stacks its own parameters (what packing would re-home), with nothing for a strategy to do."""
+
+    def __init__(self):
+        super().__init__()
+        self.ws = nn.ParameterList([nn.Parameter(torch.randn(4, 4, dtype=F64)) for _ in range(3)])
+
+    def forward(self, x):
+        return torch.einsum("bi,nio->nbo", x, torch.stack(list(self.ws)))
+
+
+def test_strategy_none_leaves_the_parameters_storage_alone():
+    """``strategy="none"`` hands the graph to Inductor unchanged: the user's own stack of parameters is not
+    packed (each parameter keeps its storage), while greedy packs it; both equal eager."""
+    x = torch.randn(5, 4, dtype=F64)
+    for strategy, packed in (("none", False), ("greedy", True)):
+        m = _UserStack()
+        ptrs = [p.data_ptr() for p in m.ws]
+        f = _compiled(m, strategy=strategy)
+        _same(f, m, x, f"strategy {strategy}")
+        moved = [p.data_ptr() for p in m.ws] != ptrs
+        assert moved == packed, (strategy, _packing_notes())
+        torch._dynamo.reset()

@@ -42,7 +42,8 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
             views of one buffer laid out as the stack, and the compiled graph takes the buffer (in a
             training graph through ``packed_stack``, whose backward gives each parameter its slice of the
             gradient; :mod:`optimus_bridge.param_pack`; in-place updates of the parameters are seen, their
-            storage moves). ``report.notes`` says what was packed.
+            storage moves). ``report.notes`` says what was packed. Not with ``strategy="none"``, whose graph
+            goes to Inductor unchanged.
         **options: passed to :func:`optimus_eq.optimize` (patterns, limits, extractor,
             pre_grad_fusion_options / post_grad_fusion_options in the built-in Optimus format, ...).
 
@@ -111,7 +112,7 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
         if optimized is not gm:
             _carry_dynamo_metadata(gm, optimized)
         packs, inputs = None, example_inputs
-        if pack_parameters:
+        if pack_parameters and strategy != "none":  # "none": the graph goes to Inductor unchanged
             packs, optimized, inputs = _pack(optimized, example_inputs, report)
         if not compile:
             return packs.wrap(optimized.forward) if packs else optimized.forward
