@@ -17,8 +17,11 @@ passes, and one run of the graph. The first call is split by timers wrapped arou
 * ``run_s``: the step's second call (the graph's run, the same in the first call).
 
 ``outside_s`` = first call - run - inner compile: what ``compile_time.py``'s ``first call - ours - Inductor``
-holds, plus ours. The parent runs ``--runs`` processes per (tree, model, mode, strategy) in rotated order and
-prints the median of each field (wall seconds, and CPU seconds of the process for the first call).
+holds, plus ours; ``dynamo_s`` = first call - run - backend; ``aot_s`` = ``compile_fx`` - pre-grad - joint -
+inner; ``gc_s``: the garbage collector's pauses in the first call. Every field comes in wall seconds and, as
+``*_cpu_s``, in CPU seconds of the process (one intra-op thread: on a shared machine the robust figure). The
+model runs at ``--batch`` (default 64: the graphs' structure does not depend on it, the run is short). The parent
+runs ``--runs`` processes per (tree, model, mode, strategy) in rotated order and prints the medians.
 
     PYTHONPATH=src:bridge:bench python bench/coldstart_cpu.py --models wukong --modes inference train \\
         --strategies inductor inductor-optimus greedy eqsat --runs 3 [--trees base=/tmp/base new=.] \\

@@ -68,3 +68,14 @@ def test_large_graphs_use_scipy_with_the_same_labels(monkeypatch):
     mine = digraph.strong_components(n, src, dst)
     monkeypatch.setattr(digraph, "SCIPY_ABOVE", 0)
     assert digraph.strong_components(n, src, dst).tolist() == mine.tolist()
+
+
+def test_empty_graphs_and_no_roots(monkeypatch):
+    monkeypatch.setattr(digraph, "sys", type("S", (), {"modules": {}})())
+    none = np.zeros(0, dtype=np.int64)
+    assert digraph.strong_components(0, none, none).tolist() == []
+    assert digraph.weak_components(0, none, none).tolist() == []
+    assert digraph.reachable(0, none, none, []).tolist() == []
+    assert digraph.reachable(3, np.array([0]), np.array([1]), []).tolist() == [False, False, False]
+    assert digraph.strong_components(3, none, none).tolist() == \
+        csgraph.connected_components(_csr(3, none, none), directed=True, connection="strong")[1].tolist()
