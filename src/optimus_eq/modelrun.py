@@ -78,11 +78,15 @@ class ModelSpec:
     inputs: tuple
     loss: Callable | None = None
     start: dict = field(init=False, repr=False, compare=False)
+    start_inputs: list = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        # the buffers as the factory made them: every run (eager's, each strategy's) starts from them
+        # the buffers and input tensors as the factory made them: every run (eager's, each strategy's) starts
+        # from them (a forward may write into either)
         self.start = ({k: b.detach().clone() for k, b in self.model.named_buffers()}
                       if isinstance(self.model, torch.nn.Module) else {})
+        self.start_inputs = [t.detach().clone() if isinstance(t, torch.Tensor) else None
+                             for t in tree_leaves(self.inputs)]
 
     @property
     def device(self) -> str:
@@ -204,8 +208,9 @@ class StrategyRun:
 @contextlib.contextmanager
 def same_start(spec: ModelSpec, seed: int = 0):
     """Run one call of ``spec.model`` (eager's or a strategy's) from the state eager's started from: the
-    model's buffers as the factory returned them (``ModelSpec.start``: a forward that updates a running
-    statistic or a counter would otherwise hand the next run another model) and the global RNG seeded with
+    model's buffers and input tensors as the factory returned them (``ModelSpec.start``, ``start_inputs``: a
+    forward that updates a running statistic or a counter, or writes into its input, would otherwise hand the
+    next run another model or input) and the global RNG seeded with
     ``seed`` (restored afterwards), so that random ops the plan leaves alone draw what eager drew."""
     if isinstance(spec.model, torch.nn.Module):
         with torch.no_grad():
@@ -213,6 +218,10 @@ def same_start(spec: ModelSpec, seed: int = 0):
                 s = spec.start.get(k)
                 if s is not None and s.shape == b.shape and s.dtype == b.dtype:
                     b.copy_(s)
+    with torch.no_grad():
+        for t, s in zip(tree_leaves(spec.inputs), spec.start_inputs):
+            if s is not None and t.shape == s.shape and t.dtype == s.dtype:
+                t.copy_(s)
     devices = [torch.cuda.current_device()] if spec.device == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
