@@ -34,3 +34,21 @@ def test_optimize_command_runs_every_strategy_from_eagers_inputs(strategy):
     assert run.error is None, run.error
     assert run.outputs_match, f"{spec.name}: {run.mismatch}"
     torch.testing.assert_close(expected[0][0], torch.cat([x0[:, 2:].tanh(), x0[:, :2].tanh()], 1))
+
+
+# Found: ``optimus-eq optimize --out FILE`` (an existing file, not a folder) ran every strategy and then died with
+# a FileExistsError traceback (exit code 1, as for "differs from eager"); ``explain --html DIR`` likewise with
+# IsADirectoryError. Fixed in cli.py (_check_paths: exit code 2 with a message before anything runs).
+@pytest.mark.parametrize("command", ["optimize", "explain"])
+def test_an_output_path_of_the_wrong_kind_exits_2_before_anything_runs(command, tmp_path, capsys):
+    from optimus_eq.cli import main
+
+    model = tmp_path / "m.py"
+    model.write_text("raise SystemExit('the model file was imported')\n")
+    if command == "optimize":
+        (tmp_path / "a_file").write_text("")
+        argv = ["optimize", f"{model}:make", "--out", str(tmp_path / "a_file")]
+    else:
+        argv = ["explain", f"{model}:make", "--html", str(tmp_path)]
+    assert main(argv) == 2
+    assert "is a" in capsys.readouterr().err
