@@ -81,3 +81,39 @@ def test_one_max_norm_table_does_not_stop_the_other_tables_batching(strategy):
     c = check(_bags_one_with_max_norm, [*ids, *ws], strategy, grad=False,
               pattern_options={"batch_embedding_bag": {"min_fuse_set_size": 2}})
     assert c.report.patterns_fired.get("batch_embedding_bag") == 1
+
+
+def _fields(x, w0, w1, w2):
+    F = torch.nn.functional
+    xs = torch.split(x, 3, 1)
+    return torch.cat([F.layer_norm(F.linear(xs[k], w).tanh(), (3,)) for k, w in enumerate([w0, w1, w2])], 1)
+
+
+# Found: optimizing an optimized graph again (a pre_grad_pass under a backend that already optimized, or a user's
+# second optimize call) detached its outputs: gradients silently None. The lowered graph's meta said its computed
+# values did not require grad (the fast meta twins carried no requires_grad, and FakeTensorProp stores a detached
+# snapshot), so the second pass read eager's gradient facts as "no output requires grad" and lower_grad detached
+# them. Fixed in lower_meta.py (the meta keeps requires_grad as dynamo's example_value has it).
+@pytest.mark.parametrize("first", ["greedy", "eqsat"])
+@pytest.mark.parametrize("second", ["greedy", "eqsat", "taso", "tensat"])
+def test_a_graph_optimized_twice_keeps_its_gradients(first, second):
+    import optimus_eq
+    from conftest import dynamo_graph
+
+    g = torch.Generator().manual_seed(0)
+    ins = [torch.randn(4, 9, generator=g)] + [torch.randn(3, 3, generator=g) for _ in range(3)]
+    gm, ex = dynamo_graph(_fields, *[t.clone().requires_grad_(True) for t in ins])
+    po = {p: {"min_fuse_set_size": 2} for p in ("batch_linear", "batch_tanh", "batch_layernorm")}
+    gm2, r1 = optimus_eq.optimize(gm, ex, strategy=first, pattern_options=po)
+    gm3, r2 = optimus_eq.optimize(gm2, ex, strategy=second, pattern_options=po)
+    assert r1.fallback is None and r2.fallback is None
+    for n in gm2.graph.nodes:
+        if n.op != "output":
+            assert n.meta["val"].requires_grad, n.format_node()
+    a = [t.clone().requires_grad_(True) for t in ins]
+    b = [t.clone().requires_grad_(True) for t in ins]
+    (got,), want = gm3(*a), _fields(*b)
+    assert got.requires_grad
+    torch.testing.assert_close(got, want)
+    for ga, gb in zip(torch.autograd.grad(got.square().sum(), a), torch.autograd.grad(want.square().sum(), b)):
+        torch.testing.assert_close(ga, gb, rtol=1e-4, atol=1e-5)
