@@ -117,3 +117,30 @@ def test_a_graph_optimized_twice_keeps_its_gradients(first, second):
     torch.testing.assert_close(got, want)
     for ga, gb in zip(torch.autograd.grad(got.square().sum(), a), torch.autograd.grad(want.square().sum(), b)):
         torch.testing.assert_close(ga, gb, rtol=1e-4, atol=1e-5)
+
+
+class _TwoFields(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.ModuleList(torch.nn.Linear(2, 2) for _ in range(2))
+
+    def forward(self, x):
+        a, b = torch.split(x, 2, 1)
+        return torch.cat([self.lin[0](b).tanh(), self.lin[1](a).tanh()], 1)
+
+
+# Found: with a loss, ``optimus-eq optimize`` / ``explain`` compared only the parameters' gradients: the gradient
+# of an example input that requires grad (the model's input gradient, as an attack or a saliency map uses) was
+# never checked, so "outputs equal eager" said nothing about it (and the input's .grad accumulated over the runs).
+# Fixed in modelrun.py (_train_step: the inputs' gradients too, as "grad of input i", cleared after each run).
+def test_optimize_command_compares_the_gradients_of_inputs_that_require_grad():
+    from optimus_eq.modelrun import ModelSpec, eager_result, run_strategy
+
+    torch.manual_seed(0)
+    x = torch.randn(3, 4, requires_grad=True)
+    spec = ModelSpec("input grad", _TwoFields(), (x,), lambda out: out.square().sum())
+    outs, grads = eager_result(spec)
+    assert "input 0" in grads and x.grad is None
+    run = run_strategy(spec, "greedy", expected=(outs, {**grads, "input 0": grads["input 0"] + 1}))
+    assert not run.outputs_match and "grad of input 0" in (run.mismatch or ""), run.mismatch
+    assert run_strategy(spec, "greedy", expected=(outs, grads)).outputs_match

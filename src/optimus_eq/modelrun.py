@@ -6,7 +6,7 @@ A model file defines a factory, named on the command line as ``FILE.py:FACTORY``
 (an ``nn.Module`` usually), ``example_inputs`` a tuple of positional arguments (a single tensor is taken as a
 1-tuple), and ``loss`` an optional ``loss(output) -> scalar tensor``. Without ``loss`` the model runs under
 ``torch.no_grad()`` (inference graphs); with it, each strategy also runs ``loss(model(*inputs)).backward()``
-and the parameters' gradients are checked against eager's.
+and the gradients of the parameters and of inputs that require grad are checked against eager's.
 
 :func:`run_strategy` compiles the model with a backend that optimizes every graph Dynamo hands it (one per
 graph break) and runs it as optimized, without Inductor: at the ``pre_grad`` level the Torch-IR graph itself,
@@ -159,7 +159,8 @@ class StrategyRun:
 
     Attributes:
         compile_s: seconds of the first call (Dynamo, AOTAutograd at post-grad, the optimizer; no Inductor).
-        outputs_match: outputs (and, with a loss, parameter gradients) equal eager's within rtol/atol.
+        outputs_match: outputs (and, with a loss, gradients of the parameters and of inputs that require grad)
+            equal eager's within rtol/atol.
         max_abs_diff: the largest absolute difference seen.
         mismatch: assert_close's message when they differ.
         error: ``"Type: message"`` when compiling or running raised.
@@ -229,8 +230,8 @@ def same_start(spec: ModelSpec, seed: int = 0):
 
 
 def eager_result(spec: ModelSpec) -> tuple[list, dict]:
-    """Eager's flat outputs and, with a loss, the parameters' gradients (then cleared again); from
-    :func:`same_start`."""
+    """Eager's flat outputs and, with a loss, the gradients of the parameters and of inputs that require grad
+    (then cleared again); from :func:`same_start`."""
     with same_start(spec):
         if spec.loss is None:
             with torch.no_grad():
@@ -258,7 +259,10 @@ def _params(model) -> dict[str, torch.Tensor]:
 
 
 def _train_step(spec: ModelSpec, fn: Callable) -> tuple[list, dict]:
-    params = _params(spec.model)
+    # the parameters' gradients, and those of the example inputs that require grad ("input i", flat position)
+    params = {**_params(spec.model),
+              **{f"input {i}": t for i, t in enumerate(tree_leaves(spec.inputs))
+                 if isinstance(t, torch.Tensor) and t.is_leaf and t.requires_grad}}
     for p in params.values():
         p.grad = None
     out = fn(*spec.inputs)
