@@ -3,7 +3,9 @@
 The values are FakeTensorProp's (:func:`fill_meta`), computed on faster paths where they are known to agree
 (:func:`propagate_meta`): a view runs its plain meta kernel on a meta twin of its input, a cat or stack of
 rank < 4 is a new contiguous tensor, a reshape that must copy likewise; everything else goes through
-FakeTensorProp node by node. tests/test_lower.py compares every node's meta with FakeTensorProp's.
+FakeTensorProp node by node. tests/test_lower.py compares every node's meta with FakeTensorProp's. The meta twins
+of inputs that require grad require grad too, so that a fast result requires grad where FakeTensorProp's does
+(a graph optimized again reads eager's gradient facts off this meta).
 """
 
 from __future__ import annotations
@@ -89,6 +91,8 @@ def propagate_meta(graph: Graph, root: torch.nn.Module, original: GraphModule, f
                 raise _NotFast
             t = twins[a] = torch.empty(0, device="meta", dtype=v.dtype).set_(
                 v.untyped_storage(), v.storage_offset(), v.shape, v.stride())
+            if v.requires_grad:  # so that an op on twins requires grad where autograd says it does
+                t.requires_grad_(True)
         return t
 
     def slow(n: Node):
@@ -99,6 +103,7 @@ def propagate_meta(graph: Graph, root: torch.nn.Module, original: GraphModule, f
             return out
         with mode, _writes_into_grad_leaves(n, env):
             out = prop.run_node(n)
+        _keep_requires_grad(n.meta.get("val"), out)
         for a in n.all_input_nodes:  # an in-place op may have changed its inputs' metadata
             twins.pop(a, None)
         return out
@@ -152,6 +157,18 @@ try:
     from torch._higher_order_ops.register_hook import register_hook_op as _REGISTER_HOOK
 except ImportError:  # a torch without the op: no graph holds it
     _REGISTER_HOOK = None
+
+
+def _keep_requires_grad(val, out) -> None:
+    """FakeTensorProp stores a detached snapshot of ``out`` as the meta ``val``: give it ``out``'s
+    ``requires_grad`` (as dynamo's ``example_value`` has it; a graph optimized again reads eager's gradient
+    facts off this meta, and a lowered graph read as not requiring grad got its outputs detached)."""
+    if isinstance(val, (tuple, list)) and isinstance(out, (tuple, list)) and len(val) == len(out):
+        for v, o in zip(val, out):
+            _keep_requires_grad(v, o)
+    elif isinstance(val, torch.Tensor) and isinstance(out, torch.Tensor) and out.requires_grad \
+            and not val.requires_grad and val.is_leaf:
+        val.requires_grad_(True)
 
 
 def _writes_into_grad_leaves(n: Node, env: dict):
@@ -243,7 +260,8 @@ def _fast_cat(n: Node, env: dict, fake_type, mode):
         return None
     if not all(type(d) is int for d in out_shape):
         return None
-    return fake_type(mode, torch.empty(out_shape, dtype=dtype, device="meta"), device)
+    grad = torch.is_grad_enabled() and any(v.requires_grad for v in vals)
+    return fake_type(mode, torch.empty(out_shape, dtype=dtype, device="meta", requires_grad=grad), device)
 
 
 def _fast_reshape_copy(n: Node, env: dict, twin_of, fake_type, mode):
@@ -272,7 +290,8 @@ def _fast_reshape_copy(n: Node, env: dict, twin_of, fake_type, mode):
         shape = t.reshape(args[1]).shape  # the meta kernel's copy: the shape (-1 inferred)
     except Exception:  # a wrong shape: FakeTensorProp raises the user's error
         return None
-    return fake_type(mode, torch.empty(shape, dtype=t.dtype, device="meta"), v.device)
+    grad = torch.is_grad_enabled() and v.requires_grad
+    return fake_type(mode, torch.empty(shape, dtype=t.dtype, device="meta", requires_grad=grad), v.device)
 
 
 class _NotFast(Exception):

@@ -158,10 +158,23 @@ def _load_model(args: argparse.Namespace, command: str):
         strategies = _names(args.strategies)
         options = modelrun.horizontal_options(args.level, args.min_fuse_set_size)
         modelrun.check_strategies(strategies, args.level, options, f"optimus-eq {command}")
+        _check_paths(args)
         return (modelrun.load_factory(args.model), strategies, options), 0
     except (ValueError, TypeError, FileNotFoundError) as exc:
         print(f"optimus-eq {command}: {exc}", file=sys.stderr)
         return None, 2
+
+
+def _check_paths(args: argparse.Namespace) -> None:
+    """Raise ValueError for an output path that cannot be written, before anything runs: ``--out`` naming an
+    existing file (it must be a folder), ``--html`` naming an existing folder (it must be a file)."""
+    import os
+
+    out, html = getattr(args, "out", None), getattr(args, "html", None)
+    if out and os.path.exists(out) and not os.path.isdir(out):
+        raise ValueError(f"--out {out}: is a file, not a folder")
+    if html and os.path.isdir(html):
+        raise ValueError(f"--html {html}: is a folder, not a file")
 
 
 def _with_model(command: str):

@@ -6,7 +6,7 @@ A model file defines a factory, named on the command line as ``FILE.py:FACTORY``
 (an ``nn.Module`` usually), ``example_inputs`` a tuple of positional arguments (a single tensor is taken as a
 1-tuple), and ``loss`` an optional ``loss(output) -> scalar tensor``. Without ``loss`` the model runs under
 ``torch.no_grad()`` (inference graphs); with it, each strategy also runs ``loss(model(*inputs)).backward()``
-and the parameters' gradients are checked against eager's.
+and the gradients of the parameters and of inputs that require grad are checked against eager's.
 
 :func:`run_strategy` compiles the model with a backend that optimizes every graph Dynamo hands it (one per
 graph break) and runs it as optimized, without Inductor: at the ``pre_grad`` level the Torch-IR graph itself,
@@ -78,11 +78,15 @@ class ModelSpec:
     inputs: tuple
     loss: Callable | None = None
     start: dict = field(init=False, repr=False, compare=False)
+    start_inputs: list = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        # the buffers as the factory made them: every run (eager's, each strategy's) starts from them
+        # the buffers and input tensors as the factory made them: every run (eager's, each strategy's) starts
+        # from them (a forward may write into either)
         self.start = ({k: b.detach().clone() for k, b in self.model.named_buffers()}
                       if isinstance(self.model, torch.nn.Module) else {})
+        self.start_inputs = [t.detach().clone() if isinstance(t, torch.Tensor) else None
+                             for t in tree_leaves(self.inputs)]
 
     @property
     def device(self) -> str:
@@ -155,7 +159,8 @@ class StrategyRun:
 
     Attributes:
         compile_s: seconds of the first call (Dynamo, AOTAutograd at post-grad, the optimizer; no Inductor).
-        outputs_match: outputs (and, with a loss, parameter gradients) equal eager's within rtol/atol.
+        outputs_match: outputs (and, with a loss, gradients of the parameters and of inputs that require grad)
+            equal eager's within rtol/atol.
         max_abs_diff: the largest absolute difference seen.
         mismatch: assert_close's message when they differ.
         error: ``"Type: message"`` when compiling or running raised.
@@ -204,8 +209,9 @@ class StrategyRun:
 @contextlib.contextmanager
 def same_start(spec: ModelSpec, seed: int = 0):
     """Run one call of ``spec.model`` (eager's or a strategy's) from the state eager's started from: the
-    model's buffers as the factory returned them (``ModelSpec.start``: a forward that updates a running
-    statistic or a counter would otherwise hand the next run another model) and the global RNG seeded with
+    model's buffers and input tensors as the factory returned them (``ModelSpec.start``, ``start_inputs``: a
+    forward that updates a running statistic or a counter, or writes into its input, would otherwise hand the
+    next run another model or input) and the global RNG seeded with
     ``seed`` (restored afterwards), so that random ops the plan leaves alone draw what eager drew."""
     if isinstance(spec.model, torch.nn.Module):
         with torch.no_grad():
@@ -213,6 +219,10 @@ def same_start(spec: ModelSpec, seed: int = 0):
                 s = spec.start.get(k)
                 if s is not None and s.shape == b.shape and s.dtype == b.dtype:
                     b.copy_(s)
+    with torch.no_grad():
+        for t, s in zip(tree_leaves(spec.inputs), spec.start_inputs):
+            if s is not None and t.shape == s.shape and t.dtype == s.dtype:
+                t.copy_(s)
     devices = [torch.cuda.current_device()] if spec.device == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
@@ -220,8 +230,8 @@ def same_start(spec: ModelSpec, seed: int = 0):
 
 
 def eager_result(spec: ModelSpec) -> tuple[list, dict]:
-    """Eager's flat outputs and, with a loss, the parameters' gradients (then cleared again); from
-    :func:`same_start`."""
+    """Eager's flat outputs and, with a loss, the gradients of the parameters and of inputs that require grad
+    (then cleared again); from :func:`same_start`."""
     with same_start(spec):
         if spec.loss is None:
             with torch.no_grad():
@@ -249,7 +259,10 @@ def _params(model) -> dict[str, torch.Tensor]:
 
 
 def _train_step(spec: ModelSpec, fn: Callable) -> tuple[list, dict]:
-    params = _params(spec.model)
+    # the parameters' gradients, and those of the example inputs that require grad ("input i", flat position)
+    params = {**_params(spec.model),
+              **{f"input {i}": t for i, t in enumerate(tree_leaves(spec.inputs))
+                 if isinstance(t, torch.Tensor) and t.is_leaf and t.requires_grad}}
     for p in params.values():
         p.grad = None
     out = fn(*spec.inputs)
