@@ -36,7 +36,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
@@ -169,17 +168,9 @@ def _spawn(model, mode, strategy, size, inner, tree=None, profile=None, batch=No
            "--inner", inner] + (["--batch", str(batch)] if batch else [])
     if profile:
         cmd += ["--profile", profile]
-    env = os.environ.copy()
-    if tree is not None:
-        root = os.path.abspath(tree[1])
-        env["PYTHONPATH"] = os.pathsep.join(os.path.join(root, d) for d in ("src", "bridge", "bench"))
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if out.returncode != 0:
-        row = {"model": model, "mode": mode, "strategy": strategy, "error": out.stderr[-2000:]}
-    else:
-        row = json.loads(out.stdout.strip().splitlines()[-1])
-    row["tree"] = tree[0] if tree else None
-    return row
+    from first_call import run_child
+
+    return run_child(cmd, tree, {"model": model, "mode": mode, "strategy": strategy})
 
 
 def summarize(rows: list[dict]) -> list[dict]:

@@ -100,17 +100,26 @@ def _spawn(model: str, mode: str, strategy: str, size: str, profile: str | None 
         cmd += ["--cost", cost]
     if profile:
         cmd += ["--profile", profile]
+    row = run_child(cmd, tree, {"model": model, "mode": mode, "strategy": strategy})
+    if tree is None:
+        del row["tree"]
+    return row
+
+
+def run_child(cmd: list[str], tree: tuple[str, str] | None, ident: dict) -> dict:
+    """Run a bench child process ``cmd`` (with ``PYTHONPATH`` set to the checkout ``tree = (name, path)``'s
+    src/bridge/bench when given) and return the JSON object on its last stdout line, or ``ident`` with the
+    child's ``error`` (its stderr's tail) when it failed; ``row["tree"]`` is the tree's name (None without)."""
     env = os.environ.copy()
     if tree is not None:
         root = os.path.abspath(tree[1])
         env["PYTHONPATH"] = os.pathsep.join(os.path.join(root, d) for d in ("src", "bridge", "bench"))
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode != 0:
-        row = {"model": model, "mode": mode, "strategy": strategy, "error": out.stderr[-2000:]}
+        row = {**ident, "error": out.stderr[-2000:]}
     else:
         row = json.loads(out.stdout.strip().splitlines()[-1])
-    if tree is not None:
-        row["tree"] = tree[0]
+    row["tree"] = tree[0] if tree else None
     return row
 
 
