@@ -39,6 +39,8 @@ import statistics
 import sys
 import time
 
+from first_call import run_child, write_results
+
 _PARTS = ("first", "run", "outside", "dynamo", "aot", "backend", "optimize", "pack", "compile_fx", "pre_grad", "joint",
           "inner")
 FIELDS = tuple(p + u for p in _PARTS for u in ("_s", "_cpu_s")) + ("report_s", "import_s", "warm_up_s", "gc_s", "gc2")
@@ -168,7 +170,6 @@ def _spawn(model, mode, strategy, size, inner, tree=None, profile=None, batch=No
            "--inner", inner] + (["--batch", str(batch)] if batch else [])
     if profile:
         cmd += ["--profile", profile]
-    from first_call import run_child
 
     return run_child(cmd, tree, {"model": model, "mode": mode, "strategy": strategy})
 
@@ -242,10 +243,7 @@ def main(argv=None) -> int:
     summary = summarize(rows)
     print(markdown(summary))
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"argv": sys.argv[1:], "rows": rows, "summary": summary}, f, indent=1)
-        with open(os.path.splitext(a.json)[0] + ".md", "w") as f:
-            f.write(markdown(summary))
+        write_results(a.json, rows, summary, markdown(summary))
     return 0
 
 

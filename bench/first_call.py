@@ -106,6 +106,15 @@ def _spawn(model: str, mode: str, strategy: str, size: str, profile: str | None 
     return row
 
 
+def write_results(path: str, rows: list[dict], summary: list[dict], table: str) -> None:
+    """Write a bench run's ``rows`` and ``summary`` (with this process's arguments) to the JSON file ``path``, and
+    the markdown ``table`` beside it (``path`` with ``.md``)."""
+    with open(path, "w") as f:
+        json.dump({"argv": sys.argv[1:], "rows": rows, "summary": summary}, f, indent=1)
+    with open(os.path.splitext(path)[0] + ".md", "w") as f:
+        f.write(table)
+
+
 def run_child(cmd: list[str], tree: tuple[str, str] | None, ident: dict) -> dict:
     """Run a bench child process ``cmd`` (with ``PYTHONPATH`` set to the checkout ``tree = (name, path)``'s
     src/bridge/bench when given) and return the JSON object on its last stdout line, or ``ident`` with the
@@ -206,10 +215,7 @@ def main(argv=None) -> int:
         print(json.dumps(s), flush=True)
     print(markdown(summary))
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"argv": sys.argv[1:], "rows": rows, "summary": summary}, f, indent=1)
-        with open(os.path.splitext(a.json)[0] + ".md", "w") as f:
-            f.write(markdown(summary))
+        write_results(a.json, rows, summary, markdown(summary))
     return 0
 
 
