@@ -335,10 +335,10 @@ def _extraction_limits(stats: dict, ilp_max_nodes: int, ilp_seconds: float) -> l
     if stats.get("over_limit"):
         over = stats["over_limit"]
         cyc = stats.get("cyclic_limit")
-        cyc = (f" (with a cycle: {cyc}, extract.driver.EXACT_MAX_CYCLIC_NODES)"
+        cyc = (f"; {cyc} for a component with a cycle, extract.driver.EXACT_MAX_CYCLIC_NODES"
                if cyc is not None and cyc < ilp_max_nodes else "")
-        out.append(f"extract: {len(over)} components over ilp_max_nodes = {ilp_max_nodes}{cyc} e-nodes (largest "
-                   f"{max(over)}) kept the fast plan")
+        out.append(f"extract: {len(over)} components over the exact stage's size limit (ilp_max_nodes = "
+                   f"{ilp_max_nodes} e-nodes{cyc}; largest {max(over)}) kept the fast plan, unproven")
     if stats.get("deadline_skipped"):
         out.append(f"extract: {stats['deadline_skipped']} components kept the fast plan: the time limit "
                    f"(Limits.seconds, or ilp_seconds = {ilp_seconds:g} s) had passed")

@@ -343,8 +343,8 @@ def _exact(p, prep, method, ilp_max_nodes, max_rounds, end, fast, used, pick, st
                  cyclic_limit=min(ilp_max_nodes, EXACT_MAX_CYCLIC_NODES) if limit is not None else None)
     if over:
         cyc = f" ({EXACT_MAX_CYCLIC_NODES} with a cycle)" if EXACT_MAX_CYCLIC_NODES < limit else ""
-        notes.append(f"{len(over)} ilp components over {limit}{cyc} e-nodes (largest {max(over)}) left to the "
-                     "fast plan")
+        notes.append(f"{len(over)} ilp components over the size limit, {limit} e-nodes{cyc} (largest {max(over)}), "
+                     "left to the fast plan")
     if failed:
         notes.append(f"{failed} ilp batches failed ({why[0]}); the fast plan kept there")
     if skipped:
