@@ -10,6 +10,7 @@ of inputs that require grad require grad too, so that a fast result requires gra
 
 from __future__ import annotations
 
+import contextlib
 import operator
 
 import torch
@@ -177,8 +178,6 @@ def _writes_into_grad_leaves(n: Node, env: dict):
     writes a value requiring grad into (a KV cache filled from a Linear: ``cache[:, :b] = out``) with
     ``requires_grad`` set on its placeholder's leaf FakeTensor, where autograd refuses the in-place op
     (eager could only run it without grad). Every such exported program fell back (breaker 1202h)."""
-    import contextlib
-
     if is_mutation(n) and any(isinstance(v := env.get(a), torch.Tensor) and v.requires_grad and v.is_leaf
                               for a in n.all_input_nodes):
         return torch.no_grad()

@@ -23,7 +23,7 @@ from optimus_eq import strategy as strategies, validate
 from optimus_eq.ablation.taso import fingerprint
 from optimus_eq.cost import GPUCostModel
 from optimus_eq.egraph import EGraph, Limits, is_rust_panic
-from optimus_eq.extract import EGraphView, NoAcyclicTerm, extract, input_cost, no_gc
+from optimus_eq.extract import EGraphView, NoAcyclicTerm, extract, input_cost, limit_notes, no_gc
 from optimus_eq.extract.fusion import op_kinds
 from optimus_eq.extract.grad import packable_leaves
 from optimus_eq.horizontal import HorizontalContext, fuse_round
@@ -329,29 +329,6 @@ class _Plans:
         return view, ex
 
 
-def _extraction_limits(stats: dict, ilp_max_nodes: int, ilp_seconds: float) -> list[str]:
-    """What a limit did to the final extraction, for ``Report.limits``."""
-    out = []
-    if stats.get("over_limit"):
-        over = stats["over_limit"]
-        cyc = stats.get("cyclic_limit")
-        cyc = (f"; {cyc} for a component with a cycle, extract.driver.EXACT_MAX_CYCLIC_NODES"
-               if cyc is not None and cyc < ilp_max_nodes else "")
-        out.append(f"extract: {len(over)} components over the exact stage's size limit (ilp_max_nodes = "
-                   f"{ilp_max_nodes} e-nodes{cyc}; largest {max(over)}) kept the fast plan, unproven")
-    if stats.get("deadline_skipped"):
-        out.append(f"extract: {stats['deadline_skipped']} components kept the fast plan: the time limit "
-                   f"(Limits.seconds, or ilp_seconds = {ilp_seconds:g} s) had passed")
-    gap = stats.get("exact_max_gap", 0.0)
-    if stats.get("exact_components", 0) > stats.get("exact_optimal", 0):
-        bound = f"gap up to {100 * gap:.2g}%" if gap < float("inf") else "no lower bound yet"
-        out.append(f"extract: exact solves stopped at their time budget with the best plan found ({bound})")
-    if stats.get("exact_failed"):
-        out.append(f"extract: {len(stats['exact_failed'])} exact solves gave no plan "
-                   f"({stats['exact_failed'][0]}); the fast plan kept there")
-    return out
-
-
 def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, ilp_seconds, ilp_max_nodes,
          registry, report, phases, strategy_options, level="pre_grad", pattern_options=None,
          deadline: float | None = None) -> GraphModule:
@@ -438,7 +415,7 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
                                     cost_model, gradients, op_kinds(tr.recipes), packable)
     report.extractor, report.extract_note, report.cost_after = ex.method, ex.note, ex.dag_cost
     report.extraction = dict(ex.stats)
-    report.limits.extend(_extraction_limits(ex.stats, ilp_max_nodes, ilp_seconds))
+    report.limits.extend(limit_notes(ex.stats, ilp_max_nodes, ilp_seconds))
     report.times["extract"] = (t3 := time.perf_counter()) - t2 + in_search
     cpu["extract"] = (c3 := time.process_time()) - c2 + cpu_in_search
 

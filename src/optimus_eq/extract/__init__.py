@@ -81,8 +81,8 @@ in 400 s) the fast plan is what is used.
 
 from __future__ import annotations
 
-from optimus_eq.extract.driver import NoAcyclicTerm, extract
+from optimus_eq.extract.driver import NoAcyclicTerm, extract, limit_notes
 from optimus_eq.extract.plan import Extraction, dag_cost, find_cycle, input_cost
 from optimus_eq.extract.view import EGraphView, ENode, no_gc
 
-__all__ = ["EGraphView", "ENode", "Extraction", "NoAcyclicTerm", "dag_cost", "extract", "find_cycle", "input_cost", "no_gc"]
+__all__ = ["EGraphView", "ENode", "Extraction", "NoAcyclicTerm", "dag_cost", "extract", "find_cycle", "input_cost", "limit_notes", "no_gc"]

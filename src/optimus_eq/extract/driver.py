@@ -401,3 +401,27 @@ def _unique(view: EGraphView, p: _Problem, roots: list, start: float) -> Extract
     cost = sum(p.cost[pick[c]] for c in needed)
     return Extraction(choice, cost, "tree", time.perf_counter() - start, 0, "no choice",
                       {"e_nodes": len(p.kids), "e_classes": len(p.cids), "choice_classes": 0, "cost": cost})
+
+
+def limit_notes(stats: dict, ilp_max_nodes: int, ilp_seconds: float) -> list[str]:
+    """What a limit did to an extraction, from its ``Extraction.stats``: one line each for ``Report.limits``
+    (components over the exact stage's size limit, over its time limit, stopped at their budget, failed)."""
+    out = []
+    if stats.get("over_limit"):
+        over = stats["over_limit"]
+        cyc = stats.get("cyclic_limit")
+        cyc = (f"; {cyc} for a component with a cycle, extract.driver.EXACT_MAX_CYCLIC_NODES"
+               if cyc is not None and cyc < ilp_max_nodes else "")
+        out.append(f"extract: {len(over)} components over the exact stage's size limit (ilp_max_nodes = "
+                   f"{ilp_max_nodes} e-nodes{cyc}; largest {max(over)}) kept the fast plan, unproven")
+    if stats.get("deadline_skipped"):
+        out.append(f"extract: {stats['deadline_skipped']} components kept the fast plan: the time limit "
+                   f"(Limits.seconds, or ilp_seconds = {ilp_seconds:g} s) had passed")
+    gap = stats.get("exact_max_gap", 0.0)
+    if stats.get("exact_components", 0) > stats.get("exact_optimal", 0):
+        bound = f"gap up to {100 * gap:.2g}%" if gap < float("inf") else "no lower bound yet"
+        out.append(f"extract: exact solves stopped at their time budget with the best plan found ({bound})")
+    if stats.get("exact_failed"):
+        out.append(f"extract: {len(stats['exact_failed'])} exact solves gave no plan "
+                   f"({stats['exact_failed'][0]}); the fast plan kept there")
+    return out
