@@ -15,7 +15,7 @@ and a ``torch.profiler`` breakdown of ``--profile-iters`` further steps (CPU, ms
 with ``record_function`` (zero_grad, forward, backward, optimizer) and the profiler's own events inside them
 (``TorchDynamo Cache Lookup`` = Dynamo's guard evaluation, ``Torch-Compiled Region``, ``CompiledFunction``
 (AOTAutograd's forward), the backward nodes ``CompiledFunctionBackward``, ``AccumulateGrad`` (one per
-parameter) and our ``PackedStackBackward``, ``Optimizer.step#Adam.step``); the profiler adds some microseconds
+parameter) and our ``PackedStacksBackward``, ``Optimizer.step#Adam.step``); the profiler adds some microseconds
 per recorded op, so its milliseconds are inflated and only comparable with each other. ``phase_ms_median`` /
 ``phase_cpu_ms_median``: the same phases timed (wall / thread CPU) in the unprofiled steps. Gradients and loss of the first step are checked against an eager copy.
 
@@ -42,7 +42,7 @@ EVENTS = {
     "aot_forward": "CompiledFunction",
     "aot_backward": "autograd::engine::evaluate_function: CompiledFunctionBackward",
     "accumulate_grad": "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad",
-    "packed_stack_backward": "autograd::engine::evaluate_function: PackedStackBackward",
+    "packed_stack_backward": "autograd::engine::evaluate_function: PackedStacksBackward",
     "adam_step": "Optimizer.step#Adam.step",
     "adam_fused_kernel": "aten::_fused_adam_",
 }

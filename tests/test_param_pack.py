@@ -229,6 +229,31 @@ def test_stacks_written_or_returned_or_of_written_parameters_are_not_packed():
     assert p.storage_offset() == 0 and q.storage_offset() == 0
 
 
+@pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
+def test_cudagraph_training_packs_only_stacks_without_gradients(monkeypatch, strategy):
+    """Under CUDA graphs (the backend told the graph is on CUDA) a training graph's stacks with gradients are not
+    packed and not priced as packed; an inference graph's still are. Gradients and steps equal eager."""
+    from optimus_bridge import backend as backend_module
+
+    monkeypatch.setattr(backend_module, "_on_cuda", lambda example_inputs: True)
+    m, x = _model()
+    ref, _ = _model()
+    ptrs = [p.data_ptr() for p in m.parameters()]
+    f = _compiled(m.train(), strategy=strategy, inductor_config={"triton.cudagraphs": True})
+    _train_steps(f, m, x, 2, {})
+    _train_steps(ref.train(), ref, x, 2, {})
+    _same_training(m, ref, "after 2 steps")
+    assert [p.data_ptr() for p in m.parameters()] == ptrs  # nothing re-homed
+    notes = _packing_notes()
+    assert any("with gradients not packed" in n for n in notes) and not any("buffers" in n for n in notes), notes
+    assert all("packed parameters" not in r.cost_model for r in optimus_eq.last_reports)
+    optimus_eq.last_reports.clear()
+    with torch.no_grad():
+        _same(f, m.eval(), x, "inference compile")
+    assert any("buffers" in n for n in _packing_notes())
+    assert all("packed parameters" in r.cost_model for r in optimus_eq.last_reports)
+
+
 def test_packed_stack_backward_splits_a_cat_by_sizes():
     ps = [nn.Parameter(torch.randn(n, 3, dtype=F64)) for n in (2, 1, 4)]
     gm = torch.fx.symbolic_trace(lambda a, b, c: torch.cat([a, b, c]).tanh().sum(0))
@@ -355,8 +380,8 @@ def test_buffers_are_static_inputs_and_dynamo_metadata_is_kept(monkeypatch):
     seen = []
     real = backend_module._param_pack.pack_parameters
 
-    def spy(gm, example_inputs):
-        seen.append(real(gm, example_inputs))
+    def spy(gm, example_inputs, **kw):
+        seen.append(real(gm, example_inputs, **kw))
         return seen[-1]
 
     monkeypatch.setattr(backend_module._param_pack, "pack_parameters", spy)

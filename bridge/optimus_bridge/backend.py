@@ -43,7 +43,9 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
             training graph through ``packed_stack``, whose backward gives each parameter its slice of the
             gradient; :mod:`optimus_bridge.param_pack`; in-place updates of the parameters are seen, their
             storage moves). ``report.notes`` says what was packed. Not with ``strategy="none"``, whose graph
-            goes to Inductor unchanged.
+            goes to Inductor unchanged; under CUDA graphs only stacks without gradients
+            (:func:`packs_gradients`: there the host time of a packed stack's autograd node loses to a copy
+            replayed in the graph).
         **options: passed to :func:`optimus_eq.optimize` (patterns, limits, extractor,
             pre_grad_fusion_options / post_grad_fusion_options in the built-in Optimus format, ...).
 
@@ -113,7 +115,8 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
             _carry_dynamo_metadata(gm, optimized)
         packs, inputs = None, example_inputs
         if pack_parameters and strategy != "none":  # "none": the graph goes to Inductor unchanged
-            packs, optimized, inputs = _pack(optimized, example_inputs, report)
+            packs, optimized, inputs = _pack(optimized, example_inputs, report,
+                                             gradients=packs_gradients(patches, example_inputs))
         if not compile:
             return packs.wrap(optimized.forward) if packs else optimized.forward
         from torch._inductor.compile_fx import compile_fx
@@ -140,11 +143,13 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
     return optimus_eq_backend
 
 
-def _pack(gm, example_inputs, report):
+def _pack(gm, example_inputs, report, gradients: bool = True):
     """:func:`optimus_bridge.param_pack.pack_parameters` on ``gm``: ``(packs or None, graph, inputs)``.
     A failure leaves the graph as it is (one warning); what was packed goes to ``report.notes``."""
+    if not gradients and report is not None and _trains(example_inputs):
+        report.notes.append("parameter packing: stacks with gradients not packed (CUDA graphs: packs_gradients)")
     try:
-        done = _param_pack.pack_parameters(gm, example_inputs)
+        done = _param_pack.pack_parameters(gm, example_inputs, gradients=gradients)
     except Exception as exc:
         warnings.warn(f"optimus_eq: parameter packing failed ({type(exc).__name__}: {exc}); not packing",
                       stacklevel=3)
@@ -207,11 +212,40 @@ def cost_model_for(patches: dict, example_inputs=None, packed_parameters: bool =
     (:meth:`optimus_eq.cost.GPUCostModel.cudagraph`: 2.3 us per kernel) when the graph will be replayed as
     a CUDA graph, else the default (23.3 us per kernel launched). Inductor records CUDA graphs only for
     graphs on CUDA: with ``example_inputs`` given and none of its tensors on a CUDA device, the default.
-    ``packed_parameters``: the backend packs stacked parameters (``GPUCostModel.packed_parameters``)."""
+    ``packed_parameters``: the backend packs stacked parameters (``GPUCostModel.packed_parameters``); not
+    priced where :func:`packs_gradients` is False and the graph differentiates a parameter (a stack of
+    frozen parameters is then priced as a copy it may not need: overpriced, never underpriced)."""
     on_cuda = example_inputs is None or _on_cuda(example_inputs)
+    if packed_parameters and not packs_gradients(patches, example_inputs) and _trains(example_inputs):
+        packed_parameters = False
     if uses_cudagraphs(patches) and on_cuda:
         return GPUCostModel.cudagraph(packed_parameters=packed_parameters)
     return GPUCostModel(packed_parameters=packed_parameters)
+
+
+def packs_gradients(patches: dict, example_inputs=None) -> bool:
+    """Whether the backend packs parameter stacks that gradients flow through: not when the graph is replayed
+    as a CUDA graph (:func:`uses_cudagraphs`, on CUDA).
+
+    Measured on the H200 (training steps side by side, 5 rounds of 30: bench/results/h200_2026-12-02g): packing
+    such a stack costs each call host time (the stacks' autograd node and the saved-tensor version hooks,
+    :mod:`optimus_bridge.param_pack_runtime`) that a synchronized step waits for, and a CUDA-graph replay
+    launches the stack's copy for nearly nothing: BERT eqsat + CUDA graphs 18.45 ms packed against 18.22
+    unpacked (Inductor + CUDA graphs 18.34); 128 branches x 2 layers 6.41 against 6.04 ms (greedy 6.41 / 6.17).
+    Without CUDA graphs packing wins (the copies are kernel launches; issue 12)."""
+    on_cuda = example_inputs is None or _on_cuda(example_inputs)
+    return not (uses_cudagraphs(patches) and on_cuda)
+
+
+def _trains(example_inputs) -> bool:
+    """Whether the compile records gradients for a parameter: grad mode on and some ``nn.Parameter`` input
+    requires grad (no example inputs: assumed so)."""
+    import torch
+
+    if example_inputs is None:
+        return True
+    return torch.is_grad_enabled() and any(
+        isinstance(a, torch.nn.Parameter) and a.requires_grad for a in example_inputs)
 
 
 def _on_cuda(example_inputs) -> bool:

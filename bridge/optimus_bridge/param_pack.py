@@ -57,7 +57,8 @@ from torch import fx, nn
 from optimus_bridge import vocab
 from optimus_bridge.aliasing import storage_id
 from optimus_bridge.effects import is_mutation
-from optimus_bridge.param_pack_runtime import _DATA_PTR, _RAW_APPLY, PackedStack, SavedVersions, packed_stack
+from optimus_bridge.param_pack_runtime import (_DATA_PTR, _RAW_APPLY_ALL, PackedStacks, SavedVersions,
+                                               packed_stack)
 
 #: serializes :meth:`ParameterPacks._refresh` (re-packs are rare: a parameter moved since the last call)
 _REFRESH_LOCK = threading.RLock()
@@ -233,6 +234,8 @@ class ParameterPacks:
         """The per-call tables of the packs' current buffers (at construction and after a re-pack)."""
         # per pack: (buffer, sizes for packed_stack or None, its parameters' getter, their data_ptr()s, grad)
         self._calls = [(p.buffer, p.sizes, operator.itemgetter(*p.positions), p.ptrs, p.grad) for p in self.packs]
+        # PackedStacks' layout: (sizes, parameter count) of each pack with gradients, in pack order
+        self._stacks = tuple((p.sizes, len(p.positions)) for p in self.packs if p.grad)
         self._versions = None  # SavedVersions' table, built at the first grad call
 
     @property
@@ -262,17 +265,20 @@ class ParameterPacks:
         if self._no_grad and grad_on and any(args[i].requires_grad for i in self._no_grad):
             raise RuntimeError("optimus_eq parameter packing: a packed parameter requires grad in a call with "
                                "grad mode on; the graph was compiled without its gradient")
-        apply = None
+        flat, slots = [], []  # PackedStacks' arguments, and where its views go in ``out``
         for buffer, sizes, get, ptrs, grad in self._calls:
             params = get(args)
             if list(map(_DATA_PTR, params)) != ptrs:
                 return out[:len(self.keep)] + self._refresh(args, grad_on)
             if grad and grad_on:
-                if apply is None:
-                    apply = PackedStack.apply if torch._C._are_functorch_transforms_active() else _RAW_APPLY
-                out.append(apply(buffer, sizes, *params))
-            else:
-                out.append(buffer)
+                slots.append(len(out))
+                flat.append(buffer)
+                flat.extend(params)
+            out.append(buffer)
+        if slots:  # one autograd node for every pack with gradients
+            apply = PackedStacks.apply if torch._C._are_functorch_transforms_active() else _RAW_APPLY_ALL
+            for i, view in zip(slots, apply(self._stacks, *flat)):
+                out[i] = view
         return out
 
     def unpacked_inputs(self, example_inputs: Sequence[Any]) -> list[Any]:
@@ -351,7 +357,7 @@ class ParameterPacks:
         return packed_call
 
 
-def pack_parameters(gm: fx.GraphModule, example_inputs: Sequence[Any]
+def pack_parameters(gm: fx.GraphModule, example_inputs: Sequence[Any], gradients: bool = True
                     ) -> tuple[fx.GraphModule, list[Any], ParameterPacks] | None:
     """Replace the parameter stacks of a Dynamo (Torch-IR) graph by buffer inputs; None when none qualify.
 
@@ -359,6 +365,10 @@ def pack_parameters(gm: fx.GraphModule, example_inputs: Sequence[Any]
         gm: the graph to compile (left untouched; the result is a new GraphModule).
         example_inputs: its real example inputs, one per placeholder (Dynamo's: parameters are the
             module's ``nn.Parameter`` objects).
+        gradients: also pack stacks that gradients flow through (False: only those without, which each call
+            reads as the buffer itself; a stack with gradients costs each call :class:`PackedStacks` and the
+            saved-tensor hooks, host time that a CUDA-graph replay does not buy back, see
+            :func:`optimus_bridge.backend.packs_gradients`).
 
     Returns ``(packed_gm, packed_example_inputs, packs)``; call the compiled ``packed_gm`` through
     ``packs.wrap``. Re-homes the qualifying parameters (see the module docstring) as a side effect.
@@ -386,7 +396,10 @@ def pack_parameters(gm: fx.GraphModule, example_inputs: Sequence[Any]
             continue
         if not _read_only(node) or not all(_read_only(items[k], output_ok=True) for k in range(len(items))):
             continue  # a write into the stack would reach the parameters; one into a parameter, a stale buffer
-        chosen.append((node, kind, positions, grad_mode and any(p.requires_grad for p in params)))
+        grad = grad_mode and any(p.requires_grad for p in params)
+        if grad and not gradients:
+            continue
+        chosen.append((node, kind, positions, grad))
         taken.update(positions)
     if not chosen:
         return None

@@ -30,11 +30,46 @@ class PackedStack(torch.autograd.Function):
         return (None, None, *parts)
 
 
-#: PackedStack's apply without ``Function.apply``'s Python layer (``torch/autograd/function.py``), which binds
+class PackedStacks(torch.autograd.Function):
+    """:class:`PackedStack` of several packs in one autograd node: one ``apply`` per call and one backward, where a
+    node per pack cost each call a Python forward and a Python backward (about 12 us each, host time a
+    synchronized training step waits for before its first kernel: 9 packs on BERT, hundreds at 128 branches).
+
+    ``forward(layout, *flat)``: ``layout`` holds per pack ``(sizes, n)`` (:class:`PackedStack`'s ``sizes``; ``n``
+    parameters) and ``flat`` per pack its buffer followed by its ``n`` parameters; the result is per pack a view
+    of its buffer. Backward gives each parameter its slice of its pack's gradient; a pack whose view got no
+    gradient gives its parameters none (as a pack's own node would not run)."""
+
+    @staticmethod
+    def forward(layout, *flat):
+        out, k = [], 0
+        for _, n in layout:
+            out.append(flat[k].view(flat[k].shape))
+            k += 1 + n
+        return tuple(out)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.layout = inputs[0]
+        ctx.set_materialize_grads(False)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        out: list = [None]
+        for (sizes, n), grad in zip(ctx.layout, grads):
+            out.append(None)  # the buffer
+            if grad is None:
+                out.extend([None] * n)
+            else:
+                out.extend(grad.unbind(0) if sizes is None else grad.split(list(sizes), 0))
+        return tuple(out)
+
+
+#: PackedStacks' apply without ``Function.apply``'s Python layer (``torch/autograd/function.py``), which binds
 #: the forward's signature (``inspect``) and walks every argument for dead functorch wrappers on each call:
 #: 1,024 parameters per call at 128 branches. Used only while no functorch transform is active (the layer's
-#: own condition for that walk; no default argument to bind); else ``PackedStack.apply``.
-_RAW_APPLY = super(torch.autograd.Function, PackedStack).apply
+#: own condition for that walk; no default argument to bind); else ``PackedStacks.apply``.
+_RAW_APPLY_ALL = super(torch.autograd.Function, PackedStacks).apply
 
 
 def packed_stack(buffer: torch.Tensor, sizes: tuple[int, ...] | None, *params: torch.Tensor) -> torch.Tensor:
