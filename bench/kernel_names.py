@@ -57,14 +57,14 @@ def step_timeline(step, device: str, calls: int = 10) -> dict:
     """Where the GPU idles during synchronized calls of ``step`` (CUDA only), medians over ``calls`` profiled calls.
 
     Each call starts on an idle GPU right after a marker kernel (``torch.cuda._sleep``), and only GPU activities
-    are recorded (no host op events, so the host runs at nearly its own speed; one call runs before the recorded
-    ones, so CUPTI's setup is not in them). Returns, in microseconds, ``lead_us`` (marker's end to the call's
+    are recorded (no host op events, so the host runs at nearly its own speed); the first of ``calls + 1`` calls is
+    left out (CUPTI's setup lands in it). Returns, in microseconds, ``lead_us`` (marker's end to the call's
     first GPU activity: the host work of the call that nothing overlaps, as a synchronized training loop pays
     it), ``busy_us`` (union of the activity intervals), ``gaps_us`` (idle time between activities) and
     ``span_us`` (first activity's start to the last one's end), and ``top_gaps``, the 5 longest gaps of the
     last call as ``(us, kernel before, kernel after)``.
     """
-    from torch.profiler import ProfilerActivity, profile, schedule
+    from torch.profiler import ProfilerActivity, profile
 
     def marked_call():
         torch.cuda.synchronize()
@@ -72,17 +72,13 @@ def step_timeline(step, device: str, calls: int = 10) -> dict:
         step()
         torch.cuda.synchronize()
 
-    for activities in ([ProfilerActivity.CUDA], [ProfilerActivity.CPU, ProfilerActivity.CUDA]):
-        with profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=calls)) as prof:
-            for _ in range(calls + 1):
-                marked_call()
-                prof.step()
-        acts = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
-                      key=lambda e: e.time_range.start)
-        marks = [i for i, e in enumerate(acts) if "spin" in e.name or "sleep" in e.name.lower()]
-        if marks:
-            break
-    else:
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls + 1):
+            marked_call()
+    acts = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
+                  key=lambda e: e.time_range.start)
+    marks = [i for i, e in enumerate(acts) if "spin" in e.name or "sleep" in e.name.lower()][1:]  # first: setup
+    if not marks:
         names = sorted({e.name[:40] for e in prof.events()})[:8]
         raise RuntimeError(f"step_timeline: no marker among {len(acts)} GPU activities ({names})")
     rows = []
@@ -107,7 +103,6 @@ def step_timeline(step, device: str, calls: int = 10) -> dict:
     out = {k: statistics.median(r[k] for r in rows) for k in ("lead_us", "busy_us", "gaps_us", "span_us")}
     out["top_gaps"] = rows[-1]["top_gaps"]
     out["calls"] = len(rows)
-    out["profiled_host_ops"] = len(activities) > 1
     return out
 
 
@@ -176,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
             for name, k in collections.Counter(names).items():
                 print(f"  {k:5d}  {total_us[name]:8.1f}  {name[:150]}")
             if line is not None:
-                print(f"  timeline (median of {line['calls']} calls, host ops profiled: {line['profiled_host_ops']}): lead {line['lead_us']:.0f} us, "
+                print(f"  timeline (median of {line['calls']} calls, GPU activities only): lead {line['lead_us']:.0f} us, "
                       f"span {line['span_us']:.0f} = busy {line['busy_us']:.0f} + gaps {line['gaps_us']:.0f}")
                 for us, a, b in line["top_gaps"][:3]:
                     print(f"    gap {us:7.1f} us  after {a[:60]}  before {b[:60]}")
