@@ -230,28 +230,48 @@ def test_stacks_written_or_returned_or_of_written_parameters_are_not_packed():
 
 
 @pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
-def test_cudagraph_training_packs_only_stacks_without_gradients(monkeypatch, strategy):
-    """Under CUDA graphs (the backend told the graph is on CUDA) a training graph's stacks with gradients are not
-    packed and not priced as packed; an inference graph's still are. Gradients and steps equal eager."""
+def test_cudagraph_training_packs_gradient_stacks_only_where_their_copies_cost_more(monkeypatch, strategy):
+    """Under CUDA graphs (the backend told the graph is on CUDA) a training graph's stacks with gradients are
+    packed only where their copies would cost more than packing's host time: the 12 branches' small weights are
+    left to the graph, packed once that time is taken as 0; an inference graph's stacks always pack. Gradients
+    and optimizer steps equal eager either way."""
     from optimus_bridge import backend as backend_module
 
     monkeypatch.setattr(backend_module, "_on_cuda", lambda example_inputs: True)
-    m, x = _model()
-    ref, _ = _model()
-    ptrs = [p.data_ptr() for p in m.parameters()]
-    f = _compiled(m.train(), strategy=strategy, inductor_config={"triton.cudagraphs": True})
-    _train_steps(f, m, x, 2, {})
-    _train_steps(ref.train(), ref, x, 2, {})
-    _same_training(m, ref, "after 2 steps")
-    assert [p.data_ptr() for p in m.parameters()] == ptrs  # nothing re-homed
-    notes = _packing_notes()
-    assert any("with gradients not packed" in n for n in notes) and not any("buffers" in n for n in notes), notes
-    assert all("packed parameters" not in r.cost_model for r in optimus_eq.last_reports)
-    optimus_eq.last_reports.clear()
-    with torch.no_grad():
-        _same(f, m.eval(), x, "inference compile")
-    assert any("buffers" in n for n in _packing_notes())
-    assert all("packed parameters" in r.cost_model for r in optimus_eq.last_reports)
+    for host_us, packed in ((backend_module.PACK_HOST_US_CUDAGRAPH, False), (0.0, True)):
+        monkeypatch.setattr(backend_module, "PACK_HOST_US_CUDAGRAPH", host_us)
+        torch._dynamo.reset()
+        optimus_eq.last_reports.clear()
+        m, x = _model()
+        ref, _ = _model()
+        ptrs = [p.data_ptr() for p in m.parameters()]
+        f = _compiled(m.train(), strategy=strategy, inductor_config={"triton.cudagraphs": True})
+        _train_steps(f, m, x, 2, {})
+        _train_steps(ref.train(), ref, x, 2, {})
+        _same_training(m, ref, f"after 2 steps (host time {host_us} us)")
+        assert ([p.data_ptr() for p in m.parameters()] != ptrs) == packed
+        notes = _packing_notes()
+        assert any("left to the graph" in n for n in notes) != packed, notes
+        assert any("buffers" in n for n in notes) == packed, notes
+        if not packed:
+            optimus_eq.last_reports.clear()
+            with torch.no_grad():
+                _same(f, m.eval(), x, "inference compile")
+            assert any("buffers" in n for n in _packing_notes())
+
+
+def test_grad_packing_pays_for_large_stacks_only():
+    """The rule's arithmetic on meta tensors: DLRM's 26 tables of 100k x 64 fp32 (666 MB, 333 us of copy) pay,
+    BERT's four Q/K/V weight stacks (3 x 768 x 768 each) do not."""
+    from optimus_bridge.backend import grad_packing_pays
+    from optimus_eq.cost import GPUCostModel
+
+    model = GPUCostModel.cudagraph()
+    tables = [[torch.empty(100_000, 64, device="meta") for _ in range(26)]]
+    qkv = [[torch.empty(768, 768, device="meta") for _ in range(3)] for _ in range(4)]
+    assert grad_packing_pays(tables, model)
+    assert not grad_packing_pays(qkv, model)
+    assert grad_packing_pays(qkv, GPUCostModel.cudagraph(bytes_per_us=1e4))  # a slow device: copies cost more
 
 
 def test_packed_stack_backward_splits_a_cat_by_sizes():

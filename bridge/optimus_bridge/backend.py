@@ -4,6 +4,7 @@ entry point) and :func:`backend` for options."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 from collections.abc import Mapping
 from typing import Callable
@@ -43,9 +44,8 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
             training graph through ``packed_stack``, whose backward gives each parameter its slice of the
             gradient; :mod:`optimus_bridge.param_pack`; in-place updates of the parameters are seen, their
             storage moves). ``report.notes`` says what was packed. Not with ``strategy="none"``, whose graph
-            goes to Inductor unchanged; under CUDA graphs only stacks without gradients
-            (:func:`packs_gradients`: there the host time of a packed stack's autograd node loses to a copy
-            replayed in the graph).
+            goes to Inductor unchanged. Under CUDA graphs, stacks with gradients only where their copies would
+            cost more than packing's host time per call (:func:`grad_packing_pays`).
         **options: passed to :func:`optimus_eq.optimize` (patterns, limits, extractor,
             pre_grad_fusion_options / post_grad_fusion_options in the built-in Optimus format, ...).
 
@@ -115,8 +115,12 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
             _carry_dynamo_metadata(gm, optimized)
         packs, inputs = None, example_inputs
         if pack_parameters and strategy != "none":  # "none": the graph goes to Inductor unchanged
-            packs, optimized, inputs = _pack(optimized, example_inputs, report,
-                                             gradients=packs_gradients(patches, example_inputs))
+            gradients = True  # under CUDA graphs: only where the copies cost more than packing's host time
+            if uses_cudagraphs(patches) and _on_cuda(example_inputs):
+                model = call_options["cost_model"] if pre_grad and isinstance(
+                    call_options.get("cost_model"), GPUCostModel) else GPUCostModel.cudagraph()
+                gradients = functools.partial(grad_packing_pays, model=model)
+            packs, optimized, inputs = _pack(optimized, example_inputs, report, gradients=gradients)
         if not compile:
             return packs.wrap(optimized.forward) if packs else optimized.forward
         from torch._inductor.compile_fx import compile_fx
@@ -143,17 +147,27 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
     return optimus_eq_backend
 
 
-def _pack(gm, example_inputs, report, gradients: bool = True):
+def _pack(gm, example_inputs, report, gradients=True):
     """:func:`optimus_bridge.param_pack.pack_parameters` on ``gm``: ``(packs or None, graph, inputs)``.
     A failure leaves the graph as it is (one warning); what was packed goes to ``report.notes``."""
-    if not gradients and report is not None and _trains(example_inputs):
-        report.notes.append("parameter packing: stacks with gradients not packed (CUDA graphs: packs_gradients)")
+    declined = []
+    if callable(gradients):
+        decide = gradients
+
+        def gradients(stacks):  # noqa: F811 (records a refusal for the report)
+            if not decide(stacks):
+                declined.append(len(stacks))
+                return False
+            return True
     try:
         done = _param_pack.pack_parameters(gm, example_inputs, gradients=gradients)
     except Exception as exc:
         warnings.warn(f"optimus_eq: parameter packing failed ({type(exc).__name__}: {exc}); not packing",
                       stacklevel=3)
         return None, gm, example_inputs
+    if declined and report is not None:
+        report.notes.append(f"parameter packing: {declined[0]} stacks with gradients left to the graph (CUDA "
+                            f"graphs: their copies cost less than packing's host time, grad_packing_pays)")
     if done is None:
         return None, gm, example_inputs
     packed_gm, inputs, packs = done
@@ -212,40 +226,33 @@ def cost_model_for(patches: dict, example_inputs=None, packed_parameters: bool =
     (:meth:`optimus_eq.cost.GPUCostModel.cudagraph`: 2.3 us per kernel) when the graph will be replayed as
     a CUDA graph, else the default (23.3 us per kernel launched). Inductor records CUDA graphs only for
     graphs on CUDA: with ``example_inputs`` given and none of its tensors on a CUDA device, the default.
-    ``packed_parameters``: the backend packs stacked parameters (``GPUCostModel.packed_parameters``); not
-    priced where :func:`packs_gradients` is False and the graph differentiates a parameter (a stack of
-    frozen parameters is then priced as a copy it may not need: overpriced, never underpriced)."""
+    ``packed_parameters``: the backend packs stacked parameters (``GPUCostModel.packed_parameters``)."""
     on_cuda = example_inputs is None or _on_cuda(example_inputs)
-    if packed_parameters and not packs_gradients(patches, example_inputs) and _trains(example_inputs):
-        packed_parameters = False
     if uses_cudagraphs(patches) and on_cuda:
         return GPUCostModel.cudagraph(packed_parameters=packed_parameters)
     return GPUCostModel(packed_parameters=packed_parameters)
 
 
-def packs_gradients(patches: dict, example_inputs=None) -> bool:
-    """Whether the backend packs parameter stacks that gradients flow through: not when the graph is replayed
-    as a CUDA graph (:func:`uses_cudagraphs`, on CUDA).
-
-    Measured on the H200 (training steps side by side, 5 rounds of 30: bench/results/h200_2026-12-02g): packing
-    such a stack costs each call host time (the stacks' autograd node and the saved-tensor version hooks,
-    :mod:`optimus_bridge.param_pack_runtime`) that a synchronized step waits for, and a CUDA-graph replay
-    launches the stack's copy for nearly nothing: BERT eqsat + CUDA graphs 18.45 ms packed against 18.22
-    unpacked (Inductor + CUDA graphs 18.34); 128 branches x 2 layers 6.41 against 6.04 ms (greedy 6.41 / 6.17).
-    Without CUDA graphs packing wins (the copies are kernel launches; issue 12)."""
-    on_cuda = example_inputs is None or _on_cuda(example_inputs)
-    return not (uses_cudagraphs(patches) and on_cuda)
+#: host time (us) that packing the stacks with gradients adds to each call of a graph replayed as a CUDA graph:
+#: the stacks' autograd node and the saved-tensor version hooks (:mod:`optimus_bridge.param_pack_runtime`), paid
+#: before the replay's first kernel in a synchronized step. Measured on the H200 (training steps side by side,
+#: 5 rounds of 30 calls, bench/results/h200_2026-12-02g): BERT (27 parameters in 9 stacks) 0.23 ms slower packed
+#: than unpacked, 128 branches x 2 layers (1,024 parameters) 0.24 ms (greedy) and 0.37 ms (eqsat).
+PACK_HOST_US_CUDAGRAPH = 250.0
 
 
-def _trains(example_inputs) -> bool:
-    """Whether the compile records gradients for a parameter: grad mode on and some ``nn.Parameter`` input
-    requires grad (no example inputs: assumed so)."""
-    import torch
+def grad_packing_pays(stacks, model: GPUCostModel) -> bool:
+    """Whether packing the stacks that gradients flow through beats leaving them to the compiled graph, where
+    each is a copy kernel per call: their copies' cost by ``model`` (a launch plus reading and writing every
+    parameter's bytes, :meth:`GPUCostModel` ``launch_us`` / ``bytes_per_us``) against the host time packing adds
+    per call, :data:`PACK_HOST_US_CUDAGRAPH`. Asked only for graphs replayed as CUDA graphs: without them every
+    copy is a kernel launch as well, and packing wins (issue 12). ``stacks``: each stack's parameters.
 
-    if example_inputs is None:
-        return True
-    return torch.is_grad_enabled() and any(
-        isinstance(a, torch.nn.Parameter) and a.requires_grad for a in example_inputs)
+    DLRM's 26 tables of 100k x 64 (a 666 MB copy, 333 us a step) pack; BERT's Q/K/V weights (7 MB a layer) and
+    128 branches' small weights do not."""
+    copy_us = sum(model.launch_us + 2 * sum(p.numel() * p.element_size() for p in params) / model.bytes_per_us
+                  for params in stacks)
+    return copy_us > PACK_HOST_US_CUDAGRAPH
 
 
 def _on_cuda(example_inputs) -> bool:

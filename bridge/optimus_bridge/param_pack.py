@@ -357,7 +357,8 @@ class ParameterPacks:
         return packed_call
 
 
-def pack_parameters(gm: fx.GraphModule, example_inputs: Sequence[Any], gradients: bool = True
+def pack_parameters(gm: fx.GraphModule, example_inputs: Sequence[Any],
+                    gradients: bool | Callable[[list[list[torch.Tensor]]], bool] = True
                     ) -> tuple[fx.GraphModule, list[Any], ParameterPacks] | None:
     """Replace the parameter stacks of a Dynamo (Torch-IR) graph by buffer inputs; None when none qualify.
 
@@ -365,10 +366,11 @@ def pack_parameters(gm: fx.GraphModule, example_inputs: Sequence[Any], gradients
         gm: the graph to compile (left untouched; the result is a new GraphModule).
         example_inputs: its real example inputs, one per placeholder (Dynamo's: parameters are the
             module's ``nn.Parameter`` objects).
-        gradients: also pack stacks that gradients flow through (False: only those without, which each call
-            reads as the buffer itself; a stack with gradients costs each call :class:`PackedStacks` and the
-            saved-tensor hooks, host time that a CUDA-graph replay does not buy back, see
-            :func:`optimus_bridge.backend.packs_gradients`).
+        gradients: also pack the stacks that gradients flow through: True, False (only those without, which
+            each call reads as the buffer itself), or a function given every such qualifying stack's
+            parameters that says whether to pack them all (a stack with gradients costs each call
+            :class:`PackedStacks` and the saved-tensor hooks, host time a CUDA-graph replay may not buy back:
+            :func:`optimus_bridge.backend.grad_packing_pays`).
 
     Returns ``(packed_gm, packed_example_inputs, packs)``; call the compiled ``packed_gm`` through
     ``packs.wrap``. Re-homes the qualifying parameters (see the module docstring) as a side effect.
@@ -396,11 +398,11 @@ def pack_parameters(gm: fx.GraphModule, example_inputs: Sequence[Any], gradients
             continue
         if not _read_only(node) or not all(_read_only(items[k], output_ok=True) for k in range(len(items))):
             continue  # a write into the stack would reach the parameters; one into a parameter, a stale buffer
-        grad = grad_mode and any(p.requires_grad for p in params)
-        if grad and not gradients:
-            continue
-        chosen.append((node, kind, positions, grad))
+        chosen.append((node, kind, positions, grad_mode and any(p.requires_grad for p in params)))
         taken.update(positions)
+    with_grad = [[example_inputs[i] for i in c[2]] for c in chosen if c[3]]
+    if with_grad and not (gradients(with_grad) if callable(gradients) else gradients):
+        chosen = [c for c in chosen if not c[3]]
     if not chosen:
         return None
 
