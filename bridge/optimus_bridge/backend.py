@@ -237,7 +237,7 @@ def cost_model_for(patches: dict, example_inputs=None, packed_parameters: bool =
 #: the stacks' autograd node and the saved-tensor version hooks (:mod:`optimus_bridge.param_pack_runtime`), paid
 #: before the replay's first kernel in a synchronized step. Measured on the H200 (training steps side by side,
 #: 5 rounds of 30 calls, bench/results/h200_2026-12-02g): BERT (27 parameters in 9 stacks) 0.23 ms slower packed
-#: than unpacked, 128 branches x 2 layers (1,024 parameters) 0.24 ms (greedy) and 0.37 ms (eqsat).
+#: than unpacked, 32 branches x 2 layers (256 parameters in 8 stacks) 0.24 ms (greedy) and 0.37 ms (eqsat).
 PACK_HOST_US_CUDAGRAPH = 250.0
 
 
@@ -249,7 +249,7 @@ def grad_packing_pays(stacks, model: GPUCostModel) -> bool:
     copy is a kernel launch as well, and packing wins (issue 12). ``stacks``: each stack's parameters.
 
     DLRM's 26 tables of 100k x 64 (a 666 MB copy, 333 us a step) pack; BERT's Q/K/V weights (7 MB a layer) and
-    128 branches' small weights do not."""
+    32 branches' small weights do not."""
     copy_us = sum(model.launch_us + 2 * sum(p.numel() * p.element_size() for p in params) / model.bytes_per_us
                   for params in stacks)
     return copy_us > PACK_HOST_US_CUDAGRAPH

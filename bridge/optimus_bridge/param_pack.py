@@ -246,7 +246,8 @@ class ParameterPacks:
     def inputs(self, args: Sequence[Any]) -> list[Any]:
         """The packed graph's inputs for a call of the original graph with ``args``: the kept inputs, then per
         pack its buffer (in a call with grad mode on, a pack with gradients gives ``packed_stack(buffer,
-        sizes, *params)``: the buffer's value, each parameter's gradient its slice of the buffer's).
+        sizes, *params)``: the buffer's value, each parameter's gradient its slice of the buffer's; all such
+        packs of a call through one :class:`PackedStacks` node).
 
         Per call and parameter the only work is its ``data_ptr()`` (whether it still sits in its buffer) and
         autograd's own edge to it.
