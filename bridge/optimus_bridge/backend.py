@@ -149,18 +149,17 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
 
 def _pack(gm, example_inputs, report, gradients=True):
     """:func:`optimus_bridge.param_pack.pack_parameters` on ``gm``: ``(packs or None, graph, inputs)``.
-    A failure leaves the graph as it is (one warning); what was packed goes to ``report.notes``."""
+    A failure leaves the graph as it is (one warning); what was packed, or which stacks with gradients
+    ``gradients`` (a bool, or a function of the stacks' parameters) refused, goes to ``report.notes``."""
     declined = []
-    if callable(gradients):
-        decide = gradients
 
-        def gradients(stacks):  # noqa: F811 (records a refusal for the report)
-            if not decide(stacks):
-                declined.append(len(stacks))
-                return False
-            return True
+    def decide(stacks):  # ``gradients``' answer, a refusal recorded for the report
+        pays = gradients(stacks)
+        if not pays:
+            declined.append(len(stacks))
+        return pays
     try:
-        done = _param_pack.pack_parameters(gm, example_inputs, gradients=gradients)
+        done = _param_pack.pack_parameters(gm, example_inputs, gradients=decide if callable(gradients) else gradients)
     except Exception as exc:
         warnings.warn(f"optimus_eq: parameter packing failed ({type(exc).__name__}: {exc}); not packing",
                       stacklevel=3)
