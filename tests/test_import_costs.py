@@ -51,3 +51,35 @@ def test_highs_without_scipy_optimize_then_scipy_optimize_as_usual():
         "print(json.dumps({'direct': core is not None, 'before': before, 'same': _core.HighsLp is core.HighsLp,"
         " 'x': [round(v) for v in x], 'optimal': optimal}))\n")
     assert got == {"direct": True, "before": False, "same": True, "x": [1, 0, 0], "optimal": True}
+
+
+def test_small_graphs_extract_without_scipy_sparse_and_to_the_same_plan():
+    """A fresh process's first eqsat optimize of a small graph (a cycle-free split/cat tangle plus a horizontal
+    group, exact stage included) imports neither scipy.sparse nor its csgraph (networkx does the graph routines,
+    numpy the ILP's column-compressed matrix); the same graph with scipy's routines forced
+    (``prune.SMALL_GRAPH = 0``) extracts the same plan at the same cost, with the same component labels."""
+    code = (
+        "import json, sys, torch\n"
+        "import optimus_eq\n"
+        "from optimus_eq.extract import prune\n"
+        "if FORCE: prune.SMALL_GRAPH = 0\n"
+        "class M(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.lins = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(4))\n"
+        "    def forward(self, x):\n"
+        "        s = torch.split(x, 8, dim=1)\n"
+        "        ys = [torch.tanh(l(s[i])) for i, l in enumerate(self.lins)]\n"
+        "        t = torch.split(torch.cat(ys, 1), 8, 1)\n"
+        "        return torch.cat([torch.relu(t[i]) for i in range(4)], 1)\n"
+        "gm = torch.fx.symbolic_trace(M())\n"
+        "x = torch.randn(16, 32)\n"
+        "out, rep = optimus_eq.optimize(gm, (x,), strategy='eqsat')\n"
+        "stats = {k: v for k, v in rep.extraction.items() if not k.endswith('_s')}\n"
+        "print(json.dumps({'sparse': 'scipy.sparse' in sys.modules, 'code': out.code, 'stats': repr(stats),"
+        " 'eq': bool(torch.allclose(out(x), gm(x)))}))\n")
+    small = _run("FORCE = False\n" + code)
+    forced = _run("FORCE = True\n" + code)
+    assert small["eq"] and forced["eq"]
+    assert not small["sparse"] and forced["sparse"]
+    assert small["code"] == forced["code"] and small["stats"] == forced["stats"]

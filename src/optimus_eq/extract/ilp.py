@@ -263,10 +263,8 @@ def _milp(cost, rows, cols, vals, lo, hi, n_int, ub, seconds, start=None, lp_onl
     relative gap) or a reason (str): ``FRACTIONAL`` when ``lp_only`` and the LP relaxation is not integral.
     ``relax_first=False`` goes to the MIP without solving the LP relaxation on its own first (for problems
     whose relaxation is rarely integral: components with hub rows)."""
-    from scipy.sparse import csc_matrix
-
     n = len(cost)
-    a = csc_matrix((vals, (rows, cols)), shape=(len(lo), n))
+    a = _Csc.of(rows, cols, vals, len(lo), n)
     if _highs() is not None:
         try:
             return _highs_direct(cost, a, np.asarray(lo, dtype=float), np.asarray(hi, dtype=float), n_int, ub,
@@ -274,16 +272,44 @@ def _milp(cost, rows, cols, vals, lo, hi, n_int, ub, seconds, start=None, lp_onl
         except _HighsUnavailable:
             pass
     from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import csc_matrix
 
     integrality = np.zeros(n)
     integrality[:n_int] = 1
-    res = milp(cost, constraints=LinearConstraint(a, lo, hi), integrality=integrality,
+    matrix = csc_matrix((a.data, a.indices, a.indptr), shape=a.shape)
+    res = milp(cost, constraints=LinearConstraint(matrix, lo, hi), integrality=integrality,
                bounds=Bounds(np.zeros(n), ub), options={"time_limit": seconds})
     if res.x is None:
         return f"ilp status {res.status}: {res.message}"
     if res.status != 0:  # a limit, with a feasible incumbent
         return res.x, False, float(getattr(res, "mip_gap", None) or np.inf)
     return res.x, True, 0.0
+
+
+@dataclass(frozen=True)
+class _Csc:
+    """A sparse matrix in compressed sparse column form, as HiGHS takes it (``indptr``: each column's start in
+    ``indices`` / ``data``, row indices ascending within a column, duplicate entries summed): what
+    ``scipy.sparse.csc_matrix((vals, (rows, cols)))`` gives, built with numpy so that an exact solve does not
+    import scipy.sparse (0.13 s of a fresh process's first eqsat call; issue 9)."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+    shape: tuple[int, int]
+
+    @classmethod
+    def of(cls, rows, cols, vals, m: int, n: int) -> "_Csc":
+        rows = np.asarray(rows, dtype=np.int64)
+        cols = np.asarray(cols, dtype=np.int64)
+        vals = np.asarray(vals, dtype=float)
+        key, inverse = np.unique(cols * m + rows, return_inverse=True)  # sorted by column, then row
+        data = np.zeros(len(key))
+        np.add.at(data, inverse, vals)
+        col = key // m if m else key
+        indptr = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(np.bincount(col, minlength=n), out=indptr[1:])
+        return cls(indptr, (key - col * m).astype(np.int32), data, (m, n))
 
 
 class _HighsUnavailable(Exception):
@@ -295,11 +321,9 @@ _CORE = "scipy.optimize._highspy._core"
 
 
 def load_solver() -> None:
-    """Load HiGHS and scipy.sparse now (once per process), so that no exact solve's time budget pays for it:
-    DHEN's first solve (774 e-nodes, a 0.44 s budget) hit its limit importing, and the fast plan was kept
-    where the solve takes 0.05 s."""
-    import scipy.sparse  # noqa: F401  (csc_matrix, in _milp)
-
+    """Load HiGHS now (once per process), so that no exact solve's time budget pays for it: DHEN's first solve
+    (774 e-nodes, a 0.44 s budget) hit its limit importing, and the fast plan was kept where the solve takes
+    0.05 s."""
     _highs()
 
 

@@ -1,16 +1,32 @@
-"""Making the ILP small before it is solved: class reachability and strongly connected components (scipy's
-sparse graph routines), e-nodes that can be in no acyclic plan dropped (:func:`_prune_cycles`), and the
-classes every plan needs or has no choice in (:func:`_prepare`).
+"""Making the ILP small before it is solved: class reachability and strongly connected components (networkx's
+graph routines on small graphs, scipy's sparse ones on large: :data:`SMALL_GRAPH`), e-nodes that can be in no
+acyclic plan dropped (:func:`_prune_cycles`), and the classes every plan needs or has no choice in
+(:func:`_prepare`).
 """
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
 from dataclasses import dataclass
 
+import networkx as nx
 import numpy as np
 
 from optimus_eq.extract.tree import _Problem
+
+
+#: classes up to which reachability and components run in networkx (which horizontal planning imports anyway)
+#: rather than scipy.sparse.csgraph, whose import (scipy.sparse, scipy.sparse.linalg, scipy.linalg) was 0.25 s of
+#: a fresh process's 0.52 s first eqsat ``optimize`` call on Wukong (CPU, issue 9); networkx takes 17 ms for these
+#: routines at 2,000 classes but 0.25 s at 20,000 (scipy: 1 and 3 ms), so large graphs keep scipy. Either way
+#: the results are the same (labels are canonical, :func:`_canonical`).
+SMALL_GRAPH = 4000
+
+
+def _scipy(n: int) -> bool:
+    """Whether a graph of ``n`` classes goes to scipy.sparse.csgraph (large, or scipy already imported)."""
+    return n > SMALL_GRAPH or "scipy.sparse.csgraph" in sys.modules
 
 
 def _graph(n: int, src: np.ndarray, dst: np.ndarray):
@@ -19,22 +35,55 @@ def _graph(n: int, src: np.ndarray, dst: np.ndarray):
     return csr_matrix((np.ones(len(src), dtype=np.int8), (src, dst)), shape=(n, n))
 
 
+def _nx_graph(n: int, src: np.ndarray, dst: np.ndarray, directed: bool = True):
+    g = nx.DiGraph() if directed else nx.Graph()
+    g.add_nodes_from(range(n))
+    g.add_edges_from(zip(src.tolist(), dst.tolist()))
+    return g
+
+
+def _canonical(label: np.ndarray) -> np.ndarray:
+    """Component labels renumbered in the order of each component's smallest member (the component of class 0
+    is 0, ...), so that they do not depend on the algorithm that found the components."""
+    if not len(label):
+        return label.astype(np.int64)
+    uniq, first = np.unique(label, return_index=True)
+    rank = np.empty(len(uniq), dtype=np.int64)
+    rank[np.argsort(first)] = np.arange(len(uniq))
+    return rank[np.searchsorted(uniq, label)]
+
+
+def _labels(n: int, components) -> np.ndarray:
+    label = np.empty(n, dtype=np.int64)
+    for k, members in enumerate(components):
+        label[list(members)] = k
+    return label
+
+
 def _bfs(C: int, src: np.ndarray, dst: np.ndarray, roots: list[int]) -> np.ndarray:
     """Mask of the classes reachable from ``roots`` along the edges ``src -> dst``."""
-    from scipy.sparse.csgraph import breadth_first_order
-
     r = np.asarray(roots, dtype=np.int64)
-    g = _graph(C + 1, np.concatenate([src, np.full(len(r), C)]), np.concatenate([dst, r]))
+    src, dst = np.concatenate([src, np.full(len(r), C)]), np.concatenate([dst, r])
     mask = np.zeros(C + 1, dtype=bool)
-    mask[breadth_first_order(g, C, directed=True, return_predecessors=False)] = True
+    if _scipy(C):
+        from scipy.sparse.csgraph import breadth_first_order
+
+        mask[breadth_first_order(_graph(C + 1, src, dst), C, directed=True, return_predecessors=False)] = True
+    else:
+        mask[list(nx.descendants(_nx_graph(C + 1, src, dst), C))] = True
+        mask[C] = True
     return mask[:C]
 
 
 def _sccs(C: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Strongly connected component of every class, and whether the class lies on a cycle."""
-    from scipy.sparse.csgraph import connected_components
+    """Strongly connected component of every class (canonical labels), and whether the class lies on a cycle."""
+    if _scipy(C):
+        from scipy.sparse.csgraph import connected_components
 
-    _, label = connected_components(_graph(C, src, dst), directed=True, connection="strong")
+        _, label = connected_components(_graph(C, src, dst), directed=True, connection="strong")
+    else:
+        label = _labels(C, nx.strongly_connected_components(_nx_graph(C, src, dst)))
+    label = _canonical(label)
     return label, np.bincount(label, minlength=C)[label] > 1
 
 
@@ -136,8 +185,6 @@ def _components(p: _Problem, valid: np.ndarray, reach: np.ndarray, fixed: np.nda
     """Independent components of the choice problem: classes linked by valid e-nodes, fixed acyclic classes
     left out, each strongly connected component kept whole (so that every cycle lies inside one). Returns
     (component label per class, mask of the classes inside some component)."""
-    from scipy.sparse.csgraph import connected_components
-
     C = len(p.cids)
     inside = reach & ~(fixed & ~cyclic)  # a cyclic fixed class stays: it carries an order variable
     e = valid[p.enode] & inside[p.esrc] & inside[p.flat]
@@ -149,8 +196,13 @@ def _components(p: _Problem, valid: np.ndarray, reach: np.ndarray, fixed: np.nda
         rep[scc[cyc[first]]] = cyc[first]
         src = np.concatenate([src, rep[scc[cyc]]])
         dst = np.concatenate([dst, cyc])
-    _, comp = connected_components(_graph(C, src, dst), directed=False)
-    return comp, inside
+    if _scipy(C):
+        from scipy.sparse.csgraph import connected_components
+
+        _, comp = connected_components(_graph(C, src, dst), directed=False)
+    else:
+        comp = _labels(C, nx.connected_components(_nx_graph(C, src, dst, directed=False)))
+    return _canonical(comp), inside
 
 
 def _prepare(p: _Problem, tree_pick: list[int], rroots: list[int], prune_max: int | None = None) -> _Prepared:
