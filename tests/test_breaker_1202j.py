@@ -97,3 +97,50 @@ def test_the_compiling_call_inside_a_non_reentrant_checkpoint_saves_what_eager_s
     assert _packed()
     torch.testing.assert_close(grads[0], grads[1])
     _same_grads(m, ref, "checkpointed step")
+
+
+class _Halves(nn.Module):
+    """``N`` linears: the first half on pieces of ``x1`` gives output 0, the second half on pieces of ``x2``
+    output 1. Inference batches all ``N``; training batches each half apart (their gradient signatures
+    differ: they reach different outputs), so the training graph's two packs share the inference one's storage."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lins = nn.ModuleList(nn.Linear(D, D) for _ in range(N))
+
+    def forward(self, x1, x2):
+        p1, p2, h = torch.split(x1, D, 1), torch.split(x2, D, 1), N // 2
+        return (torch.cat([torch.tanh(self.lins[i](p1[i])) for i in range(h)], 1),
+                torch.cat([torch.tanh(self.lins[h + i](p2[i])) for i in range(h)], 1))
+
+
+def test_a_write_into_a_parameter_no_saved_tensor_holds_does_not_raise_where_packs_share_a_storage():
+    """Bug: the saved-tensor version check (``SavedVersions``) found a saved tensor's parameters by its storage,
+    and two packs on one storage (an inference compile packed all ``N`` weights, the training graph packs two
+    halves of them in place) shared one list: backward read a saved view of the second half's weights and
+    raised for a write into the first half's weight 0, which eager never saved (``x1`` needs no gradient).
+    Fixed: the table is per buffer. A write into a saved half still raises as eager's; gradients equal."""
+    x1, x2 = (t[:, :N // 2 * D] for t in _inputs())
+    m, ref = _pair(_Halves)
+    f = _compiled(m, "eqsat")
+    with torch.no_grad():
+        torch.testing.assert_close(f(x1, x2), ref(x1, x2))  # packs every weight into one buffer
+    weights = [lin.weight for lin in m.lins]
+    assert len({w.untyped_storage().data_ptr() for w in weights}) == 1
+    optimus_eq.last_reports.clear()
+
+    def step(fn, mod, written: int):
+        xx2 = x2.clone().requires_grad_()
+        h1, h2 = fn(x1, xx2)
+        with torch.no_grad():
+            mod.lins[written].weight.add_(1.0)
+        (h1.sum() + h2.square().sum()).backward()
+        return xx2.grad
+
+    torch.testing.assert_close(step(f, m, 0), step(ref, ref, 0))  # eager: no raise (weight 0 not saved)
+    assert optimus_eq.last_reports and _packed()
+    assert len({w.untyped_storage().data_ptr() for w in weights}) == 1  # the training packs share it
+    _same_grads(m, ref, "after a write into weight 0")
+    for fn, mod in ((ref, ref), (f, m)):
+        with pytest.raises(RuntimeError, match="inplace"):
+            step(fn, mod, N - 1)  # a saved weight: both raise

@@ -105,13 +105,15 @@ class SavedVersions(torch.autograd.graph.saved_tensors_hooks):
 
     Args:
         table: :meth:`optimus_bridge.param_pack.ParameterPacks._version_table`: the buffers' start addresses
-            (sorted), their end addresses, and per buffer the getter of the parameters that are views of it
-            from the call's arguments.
+            (sorted), their end addresses, the addresses of their storages, and per buffer the getter of the
+            parameters that are views of it from the call's arguments (per buffer, not per storage: a saved
+            view of one pack checks only that pack's parameters, as eager checks only what it saved).
         args: the call's arguments (the original graph's inputs).
     """
 
-    def __init__(self, table: tuple[list[int], list[int], list[Callable]], args: Sequence[Any]) -> None:
-        starts, ends, getters = table
+    def __init__(self, table: tuple[list[int], list[int], list[int], list[Callable]], args: Sequence[Any]
+                 ) -> None:
+        starts, ends, storages, getters = table
         seen: dict[int, tuple[tuple, tuple]] = {}  # buffer index -> (its parameters, their versions at forward)
 
         def pack(t):
@@ -120,7 +122,7 @@ class SavedVersions(torch.autograd.graph.saved_tensors_hooks):
             except (RuntimeError, NotImplementedError):  # a tensor without storage (sparse, nested)
                 return t, None
             k = bisect.bisect_right(starts, ptr) - 1
-            if k < 0 or ptr >= ends[k] or t.untyped_storage().data_ptr() != starts[k]:
+            if k < 0 or ptr >= ends[k] or t.untyped_storage().data_ptr() != storages[k]:
                 return t, None
             if k not in seen:
                 params = getters[k](args)
