@@ -144,3 +144,42 @@ def test_a_write_into_a_parameter_no_saved_tensor_holds_does_not_raise_where_pac
     for fn, mod in ((ref, ref), (f, m)):
         with pytest.raises(RuntimeError, match="inplace"):
             step(fn, mod, N - 1)  # a saved weight: both raise
+
+
+class _Penalized(nn.Module):
+    """``N`` linears on pieces of ``x`` (batched: their weights packed), and an L2 penalty on weight 0 read
+    unstacked (autograd saves that parameter itself, which lives inside the pack's buffer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lins = nn.ModuleList(nn.Linear(D, D) for _ in range(N))
+
+    def forward(self, x):
+        h = torch.cat([torch.tanh(lin(p)) for p, lin in zip(torch.split(x, D, 1), self.lins)], 1)
+        return h, self.lins[0].weight.square().sum()
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
+def test_a_write_into_a_sibling_of_a_parameter_saved_unstacked_does_not_raise(strategy):
+    """Bug: a packed parameter the graph also reads unstacked (a penalty term) is saved as itself, and its
+    address is inside its pack's buffer: the version check took it for a view of the whole pack and raised for
+    a write into weight 3 between forward and backward, which eager never saved (``x`` needs no gradient).
+    Fixed: a saved tensor checks only the parameters whose bytes it spans. A write into weight 0 itself
+    still raises, as eager's."""
+    x, _ = _inputs()
+    m, ref = _pair(_Penalized)
+
+    def step(fn, mod, written: int):
+        h, penalty = fn(x)
+        with torch.no_grad():
+            mod.lins[written].weight.add_(1.0)
+        (h.sum() + penalty).backward()
+
+    f = _compiled(m, strategy)
+    for fn, mod in ((f, m), (ref, ref)):
+        step(fn, mod, 3)
+    assert _packed()
+    _same_grads(m, ref, "after a write into weight 3")
+    for fn, mod in ((ref, ref), (f, m)):
+        with pytest.raises(RuntimeError, match="inplace"):
+            step(fn, mod, 0)

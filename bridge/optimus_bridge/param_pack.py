@@ -312,9 +312,10 @@ class ParameterPacks:
             self._layout()
         return out
 
-    def _version_table(self) -> tuple[list[int], list[int], list[int], list[Callable]]:
+    def _version_table(self) -> tuple[list[int], list[int], list[int], list[Callable], list[list[int]]]:
         """:class:`SavedVersions`' table for the current buffers: each pack's buffer's start and end address
-        (sorted by start), the address of the storage it is on, and the getter of the pack's parameters.
+        (sorted by start), the address of the storage it is on, the getter of the pack's parameters, and their
+        start addresses (``Pack.ptrs``: ascending, the buffer holds them in stack order).
 
         Per buffer, not per storage: packs may share one storage (an earlier compile packed their union, e.g. an
         inference graph that batched every branch where the training graph batches two groups), and a saved
@@ -325,7 +326,8 @@ class ParameterPacks:
         starts = [p.buffer.data_ptr() for p in order]
         return (starts, [s + p.buffer.numel() * p.buffer.element_size() for s, p in zip(starts, order)],
                 [p.buffer.untyped_storage().data_ptr() for p in order],
-                [operator.itemgetter(*p.positions) for p in order])  # >= 2 positions: a tuple
+                [operator.itemgetter(*p.positions) for p in order],  # >= 2 positions: a tuple
+                [list(p.ptrs) for p in order])
 
     def saved_versions(self, args: Sequence[Any]) -> "SavedVersions":
         """The saved-tensor hooks of one call with grad mode on (:class:`SavedVersions`); their table of
