@@ -298,3 +298,52 @@ def test_a_write_into_a_layernorm_bias_between_forward_and_backward_raises_as_ea
             mod.a.norms[3].bias.add_(1.0)
         with pytest.raises(RuntimeError, match="inplace"):
             (a * b).sum().backward()
+
+
+def test_a_re_pack_in_another_thread_between_reads_of_the_version_table_is_harmless(monkeypatch):
+    """Bug: ``ParameterPacks.saved_versions`` read ``_versions`` twice (check, then use); a re-pack in another
+    thread (``_layout``, instances sharing the compiled code) resets it to None, and a call that read it in
+    between failed ("cannot unpack non-iterable NoneType"). Here the reset comes right after each read."""
+    from optimus_bridge import backend as backend_module
+    from optimus_bridge import param_pack
+
+    seen = []
+    real = backend_module._param_pack.pack_parameters
+
+    def spy(gm, example_inputs, **kw):
+        seen.append(real(gm, example_inputs, **kw))
+        return seen[-1]
+
+    monkeypatch.setattr(backend_module._param_pack, "pack_parameters", spy)
+    x, y = _inputs()
+    m, ref = _pair(_Two)
+    f = _compiled(m, "greedy")
+    for fn in (f, ref):
+        a, b = fn(x, y)
+        (a * b).sum().backward()  # compiles; the table is built
+    packs = seen[0][2]
+    assert packs._versions is not None
+    reads = []
+
+    class _Racy(param_pack.ParameterPacks):
+        @property
+        def _versions(self):
+            reads.append(1)
+            value = self.__dict__["_versions"]
+            self.__dict__["_versions"] = None  # another thread's _layout, right after this read
+            return value
+
+        @_versions.setter
+        def _versions(self, value):
+            self.__dict__["_versions"] = value
+
+    packs.__class__ = _Racy
+    try:
+        for fn, mod in ((f, m), (ref, ref)):
+            mod.zero_grad(set_to_none=True)
+            a, b = fn(x, y)
+            (a * b).sum().backward()
+    finally:
+        packs.__class__ = param_pack.ParameterPacks
+    assert reads
+    _same_grads(m, ref, "a call racing a re-pack")

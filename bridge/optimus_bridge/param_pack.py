@@ -331,10 +331,14 @@ class ParameterPacks:
 
     def saved_versions(self, args: Sequence[Any]) -> "SavedVersions":
         """The saved-tensor hooks of one call with grad mode on (:class:`SavedVersions`); their table of
-        buffers and parameters is built once per layout (after a re-pack, again)."""
-        if self._versions is None:
-            self._versions = self._version_table()
-        return SavedVersions(self._versions, args)
+        buffers and parameters is built once per layout (after a re-pack, again).
+
+        ``self._versions`` is read once: a re-pack in another thread (``_layout``) may set it to None between two
+        reads, and the call then failed unpacking None (breaker 1202j)."""
+        table = self._versions
+        if table is None:
+            table = self._versions = self._version_table()
+        return SavedVersions(table, args)
 
     def wrap(self, compiled: Callable) -> Callable:
         """``compiled`` (of the packed graph) as a callable of the original graph's inputs."""
