@@ -107,7 +107,8 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
                 # the stacks this backend packs are views: priced as such in the user's constants too
                 call_options = {**optimize_options, "cost_model": dataclasses.replace(
                     optimize_options["cost_model"], packed_parameters=True)}
-            optimized, report = api.optimize(gm, example_inputs, strategy=strategy, **call_options)
+            with _user_saved_tensor_hooks_off():  # the meta propagation records no saved tensor of the user's
+                optimized, report = api.optimize(gm, example_inputs, strategy=strategy, **call_options)
             report.notes.extend(notes)
         else:
             optimized, report = gm, None
@@ -252,6 +253,24 @@ def grad_packing_pays(stacks, model: GPUCostModel) -> bool:
     copy_us = sum(model.launch_us + 2 * sum(p.numel() * p.element_size() for p in params) / model.bytes_per_us
                   for params in stacks)
     return copy_us > PACK_HOST_US_CUDAGRAPH
+
+
+def _user_saved_tensor_hooks_off():
+    """A context in which autograd ignores the saved-tensor hooks active at the compiling call (the user's
+    ``torch.utils.checkpoint(..., use_reentrant=False)``, ``save_on_cpu``), as Dynamo's and AOTAutograd's own
+    tracing does (``torch._dynamo.utils._disable_saved_tensors_hooks_during_tracing``).
+
+    :func:`optimus_eq.optimize` propagates meta by running ops on meta twins of the inputs, which record
+    autograd's saved tensors where an input requires grad: under a non-reentrant checkpoint those went to its
+    pack hook, and the first call of a compiled model inside ``checkpoint`` failed in backward ("A different
+    number of tensors was saved during the original forward and recomputation", 36 against 18; breaker 1202j).
+    A torch without the switch: no change."""
+    import contextlib
+
+    from torch._dynamo import utils as dynamo_utils
+
+    off = getattr(dynamo_utils, "_disable_saved_tensors_hooks_during_tracing", None)
+    return off() if off is not None else contextlib.nullcontext()
 
 
 def _on_cuda(example_inputs) -> bool:

@@ -312,24 +312,33 @@ class ParameterPacks:
             self._layout()
         return out
 
-    def _version_table(self) -> tuple[list[int], list[int], list[Callable]]:
-        """:class:`SavedVersions`' table for the current buffers: each distinct buffer storage's start and end
-        address (sorted by start) and the getter of every packed parameter on it (packs may share one storage:
-        an earlier compile packed their union)."""
-        by_storage: dict[int, tuple[int, list[int]]] = {}
-        for p in self.packs:
-            storage = p.buffer.untyped_storage()
-            by_storage.setdefault(storage.data_ptr(), (storage.nbytes(), []))[1].extend(p.positions)
-        starts = sorted(by_storage)
-        return (starts, [s + by_storage[s][0] for s in starts],
-                [operator.itemgetter(*by_storage[s][1]) for s in starts])  # >= 2 positions: a tuple
+    def _version_table(self) -> tuple[list[int], list[int], list[int], list[Callable], list[list[int]]]:
+        """:class:`SavedVersions`' table for the current buffers: each pack's buffer's start and end address
+        (sorted by start), the address of the storage it is on, the getter of the pack's parameters, and their
+        start addresses (``Pack.ptrs``: ascending, the buffer holds them in stack order).
+
+        Per buffer, not per storage: packs may share one storage (an earlier compile packed their union, e.g. an
+        inference graph that batched every branch where the training graph batches two groups), and a saved
+        view of one pack then read the versions of the other's parameters too: a write into a parameter whose
+        value no saved tensor holds raised where eager does not (breaker 1202j). The buffers of one graph's
+        packs are disjoint (distinct parameters, each buffer exactly its parameters)."""
+        order = sorted(self.packs, key=lambda p: p.buffer.data_ptr())
+        starts = [p.buffer.data_ptr() for p in order]
+        return (starts, [s + p.buffer.numel() * p.buffer.element_size() for s, p in zip(starts, order)],
+                [p.buffer.untyped_storage().data_ptr() for p in order],
+                [operator.itemgetter(*p.positions) for p in order],  # >= 2 positions: a tuple
+                [list(p.ptrs) for p in order])
 
     def saved_versions(self, args: Sequence[Any]) -> "SavedVersions":
         """The saved-tensor hooks of one call with grad mode on (:class:`SavedVersions`); their table of
-        buffers and parameters is built once per layout (after a re-pack, again)."""
-        if self._versions is None:
-            self._versions = self._version_table()
-        return SavedVersions(self._versions, args)
+        buffers and parameters is built once per layout (after a re-pack, again).
+
+        ``self._versions`` is read once: a re-pack in another thread (``_layout``) may set it to None between two
+        reads, and the call then failed unpacking None (breaker 1202j)."""
+        table = self._versions
+        if table is None:
+            table = self._versions = self._version_table()
+        return SavedVersions(table, args)
 
     def wrap(self, compiled: Callable) -> Callable:
         """``compiled`` (of the packed graph) as a callable of the original graph's inputs."""

@@ -100,18 +100,23 @@ class SavedVersions(torch.autograd.graph.saved_tensors_hooks):
     (:meth:`optimus_bridge.param_pack.ParameterPacks.wrap`).
 
     Per call the work is one bisection per saved tensor (``data_ptr()`` against the buffers' address ranges;
-    a hit is confirmed by the storage's own address) and, per buffer that the graph saves, one read of its
-    parameters' versions (shared by every saved tensor of that buffer), so no Python runs per parameter.
+    a hit is confirmed by the storage's own address, and two more find the parameters whose bytes it spans)
+    and, per buffer that the graph saves, one read of its parameters' versions (shared by every saved tensor
+    of that buffer), so no Python runs per parameter.
 
     Args:
         table: :meth:`optimus_bridge.param_pack.ParameterPacks._version_table`: the buffers' start addresses
-            (sorted), their end addresses, and per buffer the getter of the parameters that are views of it
-            from the call's arguments.
+            (sorted), their end addresses, the addresses of their storages, per buffer the getter of the
+            parameters that are views of it from the call's arguments, and their start addresses (ascending:
+            the buffer is laid out in their order). A saved tensor checks only the parameters whose bytes it
+            spans (per buffer, not per storage: a saved view of one pack checks none of another's), as eager
+            checks only what it saved.
         args: the call's arguments (the original graph's inputs).
     """
 
-    def __init__(self, table: tuple[list[int], list[int], list[Callable]], args: Sequence[Any]) -> None:
-        starts, ends, getters = table
+    def __init__(self, table: tuple[list[int], list[int], list[int], list[Callable], list[list[int]]],
+                 args: Sequence[Any]) -> None:
+        starts, ends, storages, getters, firsts = table
         seen: dict[int, tuple[tuple, tuple]] = {}  # buffer index -> (its parameters, their versions at forward)
 
         def pack(t):
@@ -120,12 +125,20 @@ class SavedVersions(torch.autograd.graph.saved_tensors_hooks):
             except (RuntimeError, NotImplementedError):  # a tensor without storage (sparse, nested)
                 return t, None
             k = bisect.bisect_right(starts, ptr) - 1
-            if k < 0 or ptr >= ends[k] or t.untyped_storage().data_ptr() != starts[k]:
+            if k < 0 or ptr >= ends[k] or t.untyped_storage().data_ptr() != storages[k] or not t.numel():
                 return t, None
             if k not in seen:
                 params = getters[k](args)
                 seen[k] = (params, tuple(map(_VERSION, params)))
-            return t, seen[k]
+            # only the parameters whose bytes the saved tensor spans, as eager checks only what it saved (a
+            # parameter the graph also reads unstacked is saved as itself, inside its buffer: breaker 1202j)
+            end = ptr + (1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))) * t.element_size()
+            first = firsts[k]
+            lo, hi = bisect.bisect_right(first, ptr) - 1, bisect.bisect_left(first, end)
+            if lo == 0 and hi == len(first):
+                return t, seen[k]
+            params, versions = seen[k]
+            return t, (params[lo:hi], versions[lo:hi])
 
         def unpack(saved):
             held, versions = saved
