@@ -17,11 +17,12 @@ from optimus_eq.extract.tree import _Problem
 
 
 #: classes up to which reachability and components run in networkx (which horizontal planning imports anyway)
-#: rather than scipy.sparse.csgraph, whose import (scipy.sparse, scipy.sparse.linalg, scipy.linalg) was 0.25 s of
-#: a fresh process's 0.52 s first eqsat ``optimize`` call on Wukong (CPU, issue 9); networkx takes 17 ms for these
-#: routines at 2,000 classes but 0.25 s at 20,000 (scipy: 1 and 3 ms), so large graphs keep scipy. Either way
-#: the results are the same (labels are canonical, :func:`_canonical`).
-SMALL_GRAPH = 4000
+#: rather than scipy.sparse.csgraph, whose import (scipy.sparse, scipy.sparse.linalg, scipy.linalg) was half of a
+#: fresh process's first eqsat ``optimize`` call on Wukong (CPU, issue 9: 0.44 -> 0.22 s without it). networkx
+#: costs about 5 us a class per call where scipy costs microseconds in all: at launch_bound's 2,400 classes (13
+#: calls an optimize) its warm calls lost 0.06-0.12 s, at DHEN's 1,400 (6 calls) nothing measurable. Either way
+#: the results are the same (labels are canonical, :func:`_canonical`): bench/results/eqsat_first_call_cpu_2026-12-02.
+SMALL_GRAPH = 1500
 
 
 def _scipy(n: int) -> bool:
