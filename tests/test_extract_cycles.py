@@ -214,3 +214,30 @@ def test_components_with_a_cycle_over_their_limit_keep_the_fast_plan(seed, monke
     assert opt - 1e-9 <= check_plan(g, ex) <= st["fast_cost"] + 1e-9
     if st["over_limit"]:
         assert "with a cycle" in ex.note
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_graph_routines_give_the_same_labels_in_networkx_and_scipy(monkeypatch, seed):
+    """prune's reachability, strong components (with the cycle mask) and weak components: networkx (small graphs)
+    and scipy.sparse.csgraph (large ones) give identical canonical labels on random sparse digraphs with cycles,
+    self loops, duplicate edges and isolated classes."""
+    import numpy as np
+
+    from optimus_eq.extract import prune
+
+    rng = np.random.default_rng(seed)
+    C = int(rng.integers(1, 60))
+    E = int(rng.integers(0, 3 * C))
+    src, dst = rng.integers(0, C, E), rng.integers(0, C, E)
+    roots = sorted(set(rng.integers(0, C, 3).tolist()))
+
+    def run(use_scipy):
+        monkeypatch.setattr(prune, "_scipy", lambda n: use_scipy)
+        reach = prune._bfs(C, src, dst, roots)
+        scc, cyclic = prune._sccs(C, src, dst)
+        return reach, scc, cyclic
+
+    for a, b in zip(run(True), run(False)):
+        np.testing.assert_array_equal(a, b)
+    scc = run(False)[1]
+    assert scc[0] == 0 and all(scc[: k + 1].max() + 1 >= scc[k + 1] for k in range(C - 1))  # canonical order

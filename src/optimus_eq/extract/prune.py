@@ -18,11 +18,12 @@ from optimus_eq.extract.tree import _Problem
 
 #: classes up to which reachability and components run in networkx (which horizontal planning imports anyway)
 #: rather than scipy.sparse.csgraph, whose import (scipy.sparse, scipy.sparse.linalg, scipy.linalg) was half of a
-#: fresh process's first eqsat ``optimize`` call on Wukong (CPU, issue 9: 0.44 -> 0.22 s without it). networkx
-#: costs about 5 us a class per call where scipy costs microseconds in all: at launch_bound's 2,400 classes (13
-#: calls an optimize) its warm calls lost 0.06-0.12 s, at DHEN's 1,400 (6 calls) nothing measurable. Either way
-#: the results are the same (labels are canonical, :func:`_canonical`): bench/results/eqsat_first_call_cpu_2026-12-02.
-SMALL_GRAPH = 1500
+#: fresh process's first eqsat ``optimize`` call on Wukong (CPU, issue 9: 0.36 -> 0.19 s without it). networkx
+#: costs about 5 us a class per call where scipy costs microseconds in all: DHEN's 1,400-class graphs (6 calls an
+#: optimize) lost 0.04-0.08 s a warm call to it, launch_bound's 2,400 (13 calls) 0.06-0.12 s; Wukong (180),
+#: Interformer and DLRM (700) stay below. Either way the results are the same (labels are canonical,
+#: :func:`_canonical`): bench/results/eqsat_first_call_cpu_2026-12-02.
+SMALL_GRAPH = 1000
 
 
 def _scipy(n: int) -> bool:
