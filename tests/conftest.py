@@ -200,6 +200,23 @@ def no_compile_cache():
         yield
 
 
+@pytest.fixture
+def packings(monkeypatch) -> list:
+    """Every ``(packed_gm, inputs, packs)`` (or None) that the backend's parameter packing returns while the test
+    runs, in order (``optimus_bridge.param_pack.pack_parameters`` wrapped where the backend calls it)."""
+    from optimus_bridge import backend as backend_module
+
+    seen: list = []
+    real = backend_module._param_pack.pack_parameters
+
+    def spy(gm, example_inputs, **kw):
+        seen.append(real(gm, example_inputs, **kw))
+        return seen[-1]
+
+    monkeypatch.setattr(backend_module._param_pack, "pack_parameters", spy)
+    return seen
+
+
 @pytest.fixture(params=STRATEGIES)
 def strategy(request) -> str:
     return request.param

@@ -300,21 +300,13 @@ def test_a_write_into_a_layernorm_bias_between_forward_and_backward_raises_as_ea
             (a * b).sum().backward()
 
 
-def test_a_re_pack_in_another_thread_between_reads_of_the_version_table_is_harmless(monkeypatch):
+def test_a_re_pack_in_another_thread_between_reads_of_the_version_table_is_harmless(monkeypatch, packings):
     """Bug: ``ParameterPacks.saved_versions`` read ``_versions`` twice (check, then use); a re-pack in another
     thread (``_layout``, instances sharing the compiled code) resets it to None, and a call that read it in
     between failed ("cannot unpack non-iterable NoneType"). Here the reset comes right after each read."""
-    from optimus_bridge import backend as backend_module
     from optimus_bridge import param_pack
 
-    seen = []
-    real = backend_module._param_pack.pack_parameters
-
-    def spy(gm, example_inputs, **kw):
-        seen.append(real(gm, example_inputs, **kw))
-        return seen[-1]
-
-    monkeypatch.setattr(backend_module._param_pack, "pack_parameters", spy)
+    seen = packings
     x, y = _inputs()
     m, ref = _pair(_Two)
     f = _compiled(m, "greedy")

@@ -390,21 +390,12 @@ def test_a_failing_pack_warns_once_and_compiles_unpacked(monkeypatch):
     assert not _packing_notes()
 
 
-def test_buffers_are_static_inputs_and_dynamo_metadata_is_kept(monkeypatch):
+def test_buffers_are_static_inputs_and_dynamo_metadata_is_kept(packings):
     """AOTAutograd reads the packed graph's metadata (``_try_get_metadata_from_dynamo``): every input keeps
     its Dynamo source, and the buffers are static inputs (CUDA graph trees then do not copy them per replay)."""
     from torch._functorch._aot_autograd.frontend_utils import _try_get_metadata_from_dynamo
 
-    from optimus_bridge import backend as backend_module
-
-    seen = []
-    real = backend_module._param_pack.pack_parameters
-
-    def spy(gm, example_inputs, **kw):
-        seen.append(real(gm, example_inputs, **kw))
-        return seen[-1]
-
-    monkeypatch.setattr(backend_module._param_pack, "pack_parameters", spy)
+    seen = packings
     m, x = _model()
     f = _compiled(m.eval())
     with torch.no_grad():
