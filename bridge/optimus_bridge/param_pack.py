@@ -413,6 +413,7 @@ def pack_parameters(gm: fx.GraphModule, example_inputs: Sequence[Any],
     with_grad = [[example_inputs[i] for i in c[2]] for c in chosen if c[3]]
     if with_grad and not (gradients(with_grad) if callable(gradients) else gradients):
         chosen = [c for c in chosen if not c[3]]
+        taken = {i for c in chosen for i in c[2]}  # the declined stacks' parameters stay where they are
     if not chosen:
         return None
 
