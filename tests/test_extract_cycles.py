@@ -235,7 +235,7 @@ def test_graph_routines_give_the_same_labels_in_networkx_and_scipy(monkeypatch, 
         monkeypatch.setattr(prune, "_scipy", lambda n: use_scipy)
         reach = prune._bfs(C, src, dst, roots)
         scc, cyclic = prune._sccs(C, src, dst)
-        return reach, scc, cyclic
+        return reach, scc, cyclic, prune._component_labels(C, src, dst, strong=False)
 
     for a, b in zip(run(True), run(False)):
         np.testing.assert_array_equal(a, b)

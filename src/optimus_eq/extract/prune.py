@@ -19,9 +19,9 @@ from optimus_eq.extract.tree import _Problem
 #: classes up to which reachability and components run in networkx (which horizontal planning imports anyway)
 #: rather than scipy.sparse.csgraph, whose import (scipy.sparse, scipy.sparse.linalg, scipy.linalg) was half of a
 #: fresh process's first eqsat ``optimize`` call on Wukong (CPU, issue 9: 0.36 -> 0.19 s without it). networkx
-#: costs about 5 us a class per call where scipy costs microseconds in all: DHEN's 1,400-class graphs (6 calls an
-#: optimize) lost 0.04-0.08 s a warm call to it, launch_bound's 2,400 (13 calls) 0.06-0.12 s; Wukong (180),
-#: Interformer and DLRM (700) stay below. Either way the results are the same (labels are canonical,
+#: costs 5-10 us a class per call (2,000 classes: 9 ms to build the graph, 6 ms for its strong components)
+#: where scipy takes about 1 ms in all: DHEN's 1,400-class graphs (6 calls an optimize) lost 0.04-0.08 s a warm
+#: call to it, launch_bound's 2,400 (13 calls) 0.06-0.12 s; Wukong (180), Interformer and DLRM (700) stay below. Either way the results are the same (labels are canonical,
 #: :func:`_canonical`): bench/results/eqsat_first_call_cpu_2026-12-02.
 SMALL_GRAPH = 1000
 
@@ -73,19 +73,25 @@ def _bfs(C: int, src: np.ndarray, dst: np.ndarray, roots: list[int]) -> np.ndarr
         mask[breadth_first_order(_graph(C + 1, src, dst), C, directed=True, return_predecessors=False)] = True
     else:
         mask[list(nx.descendants(_nx_graph(C + 1, src, dst), C))] = True
-        mask[C] = True
     return mask[:C]
+
+
+def _component_labels(C: int, src: np.ndarray, dst: np.ndarray, strong: bool) -> np.ndarray:
+    """Canonical label of every class's strongly (``strong``) or weakly connected component."""
+    if _scipy(C):
+        from scipy.sparse.csgraph import connected_components
+
+        _, label = connected_components(_graph(C, src, dst), directed=strong, connection="strong")
+    elif strong:
+        label = _labels(C, nx.strongly_connected_components(_nx_graph(C, src, dst)))
+    else:
+        label = _labels(C, nx.connected_components(_nx_graph(C, src, dst, directed=False)))
+    return _canonical(label)
 
 
 def _sccs(C: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Strongly connected component of every class (canonical labels), and whether the class lies on a cycle."""
-    if _scipy(C):
-        from scipy.sparse.csgraph import connected_components
-
-        _, label = connected_components(_graph(C, src, dst), directed=True, connection="strong")
-    else:
-        label = _labels(C, nx.strongly_connected_components(_nx_graph(C, src, dst)))
-    label = _canonical(label)
+    label = _component_labels(C, src, dst, strong=True)
     return label, np.bincount(label, minlength=C)[label] > 1
 
 
@@ -198,13 +204,7 @@ def _components(p: _Problem, valid: np.ndarray, reach: np.ndarray, fixed: np.nda
         rep[scc[cyc[first]]] = cyc[first]
         src = np.concatenate([src, rep[scc[cyc]]])
         dst = np.concatenate([dst, cyc])
-    if _scipy(C):
-        from scipy.sparse.csgraph import connected_components
-
-        _, comp = connected_components(_graph(C, src, dst), directed=False)
-    else:
-        comp = _labels(C, nx.connected_components(_nx_graph(C, src, dst, directed=False)))
-    return _canonical(comp), inside
+    return _component_labels(C, src, dst, strong=False), inside
 
 
 def _prepare(p: _Problem, tree_pick: list[int], rroots: list[int], prune_max: int | None = None) -> _Prepared:
