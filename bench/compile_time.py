@@ -6,7 +6,8 @@ Here every measurement is one ``optimus-eq bench`` process for one cell (the ben
 warm-up compile, first call and check: :mod:`optimus_bench.measure`), with an empty Inductor and Triton cache of
 its own (``TORCHINDUCTOR_CACHE_DIR``, ``TRITON_CACHE_DIR``: a fresh folder, deleted afterwards), one process at a
 time, ``--reps`` repetitions, the cell order rotated by one cell per repetition (repetition k starts at cell k
-mod n), so that drift falls on every cell alike. The first call therefore pays our optimizer's one-time costs
+mod n) and walked backwards on odd repetitions (so no strategy always runs right after another), so that drift
+falls on every cell alike. The first call therefore pays our optimizer's one-time costs
 of a process (imports, egglog rule programs), as a user's first compile does; Dynamo's and Inductor's own
 one-time costs are taken by the bench's warm-up compile (:func:`optimus_eq.demo.warm_up_compiler`), as in the
 matrix.
@@ -45,6 +46,17 @@ from optimus_bench import output
 VERSUS = (("eqsat", "inductor-optimus"), ("eqsat", "inductor"), ("eqsat", "greedy"),
           ("greedy", "inductor-optimus"), ("greedy", "inductor"), ("eqsat", "none"), ("greedy", "none"))
 
+#: Dynamo compile-time metrics shown per cell (``measure.run_cell``'s ``compile_phases``), as (name, column):
+#: Dynamo's bytecode tracing, AOTAutograd (whole: it holds Inductor's compiles), the joint-graph passes,
+#: Inductor's lowering, scheduling (fusion decisions), code generation (holds the waits below), the wait
+#: for the Triton/C++ compile workers, and the load of generated modules (holds compiles done in-process).
+PHASES = (("bytecode_tracing", "Dynamo trace"), ("create_aot_dispatcher_function", "AOTAutograd"),
+          ("_recursive_joint_graph_passes", "joint passes"), ("GraphLowering.run", "lowering"),
+          ("Scheduler.__init__", "scheduler"), ("GraphLowering.codegen", "codegen"),
+          ("async_compile.wait", "compile wait"), ("PyCodeCache.load_by_key_path", "module load"))
+PHASE_NAMES = dict(PHASES)
+PHASES = tuple(PHASE_NAMES)
+
 
 def run_once(model: str, mode: str, strategy: str, device: str, out: Path, bench_args: list[str],
              timeout_s: float, keep_cache: bool = False) -> dict:
@@ -78,7 +90,8 @@ def run_once(model: str, mode: str, strategy: str, device: str, out: Path, bench
         tail = (out / "run.log").read_text()[-1500:] if (out / "run.log").exists() else ""
         return {**row, "status": "error", "error": f"exit {rc}, no result: {tail}"}
     c = cells[0]
-    for key in ("status", "error", "compile_s", "optimizer_s", "inductor_s", "other_compile_s", "fallback"):
+    for key in ("status", "error", "compile_s", "optimizer_s", "inductor_s", "other_compile_s", "fallback",
+                "compile_phases", "kernels_generated"):
         row[key] = c.get(key)
     return row
 
@@ -106,6 +119,10 @@ def summarize(runs: list[dict], versus=VERSUS) -> tuple[list[dict], list[dict]]:
                       "optimizer_s": _stats([r["optimizer_s"] for r in ok if r.get("optimizer_s") is not None]),
                       "optimizer_share": statistics.median(shares) if shares else None,
                       "inductor_s": _stats([r["inductor_s"] for r in ok if r.get("inductor_s") is not None]),
+                      "kernels_generated": _stats([r["kernels_generated"] for r in ok
+                                                   if r.get("kernels_generated") is not None]),
+                      "phases": {k: _stats([(r.get("compile_phases") or {}).get(k, 0.0) for r in ok])
+                                 for k in PHASES if any(k in (r.get("compile_phases") or {}) for r in ok)},
                       "samples": [r["compile_s"] for r in ok]})
     index = {(c["model"], c["mode"], c["strategy"]): c for c in cells}
     verdicts = []
@@ -134,7 +151,8 @@ def markdown(data: dict) -> str:
     lines = [f"# Cold first-call seconds ({cfg['device']}, {cfg['reps']} fresh processes per cell)", "",
              f"{env.get('date', '')}; torch {env.get('torch', '?')}; device {env.get('device_name', cfg['device'])}; "
              f"bench arguments `{' '.join(cfg['bench_args']) or '(none)'}`. Each run: one `optimus-eq bench` process "
-             "for one cell on an empty Inductor/Triton cache, serially, cell order rotated per repetition. "
+             "for one cell on an empty Inductor/Triton cache, serially, cell order rotated per repetition "
+             "(backwards on odd repetitions). "
              "Median [min-max] over the runs." + (f" Stopped early: {data['stopped']}." if data.get("stopped") else ""), "",
              "| model | mode | strategy | first call s | ours s | ours share | Inductor s | runs | status |",
              "|---|---|---|---:|---:|---:|---:|---:|---|"]
@@ -149,6 +167,19 @@ def markdown(data: dict) -> str:
     for v in data["verdicts"]:
         word = {"faster": "faster", "slower": "SLOWER", "noise": "within noise"}.get(v["verdict"], str(v["verdict"]))
         lines.append(f"| {v['model']} | {v['mode']} | {v['strategy']} | {v['baseline']} | {v['ratio']:.2f} | {word} |")
+    shown = [k for k in PHASES if any(k in (c.get("phases") or {}) for c in data["cells"])]
+    if shown:
+        lines += ["", "Where the first call's compile went (median seconds per Dynamo compile-time metric; nested "
+                  "metrics overlap: AOTAutograd holds Inductor's compiles, codegen holds the compile wait), and the "
+                  "kernels Inductor generated:", "",
+                  "| model | mode | strategy | " + " | ".join(PHASE_NAMES[k] for k in shown) + " | kernels |",
+                  "|---|---|---|" + "---:|" * (len(shown) + 1)]
+        for c in data["cells"]:
+            ph = c.get("phases") or {}
+            kern = c.get("kernels_generated")
+            lines.append(f"| {c['model']} | {c['mode']} | {c['strategy']} | "
+                         + " | ".join(f"{ph[k]['median']:.2f}" if k in ph else "" for k in shown)
+                         + (f" | {kern['median']:.0f} |" if kern else " | |"))
     return "\n".join(lines) + "\n"
 
 
@@ -184,7 +215,9 @@ def main(argv=None) -> int:
             if a.time_budget is not None and time.perf_counter() - started > a.time_budget:
                 data["stopped"] = f"time budget of {a.time_budget:g} s spent after {len(data['runs'])} runs"
                 break
-            m, md, s = cells[(k + pos) % len(cells)]
+            # rotated by one cell per repetition and, on odd repetitions, walked backwards: every cell runs
+            # both before and after each other cell
+            m, md, s = cells[(k + pos if k % 2 == 0 else k - pos) % len(cells)]
             run_dir = out / "runs" / f"{k}-{m}-{md}-{s}"
             row = run_once(m, md, s, a.device, run_dir, bench_args, a.timeout, a.keep_caches)
             row.update(rep=k, position=pos)

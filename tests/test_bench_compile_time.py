@@ -36,6 +36,27 @@ def test_verdicts_follow_the_bench_noise_rule():
     assert none["measured"] == 1 and none["runs"] == 2 and none["statuses"] == ["error", "ok"]
 
 
+def test_phases_table_gives_each_cells_median_per_metric():
+    """The first calls' Dynamo compile-time metrics become one row per cell: the median over its runs (a run
+    without a metric counts 0 s), the kernels Inductor generated; metrics no run has get no column."""
+    runs = [{**_run("eqsat", 4.0), "compile_phases": {"GraphLowering.run": 0.5, "async_compile.wait": 1.0},
+             "kernels_generated": 40},
+            {**_run("eqsat", 5.0), "compile_phases": {"GraphLowering.run": 0.7}, "kernels_generated": 44},
+            {**_run("eqsat", 6.0), "compile_phases": {"GraphLowering.run": 0.9, "async_compile.wait": 3.0},
+             "kernels_generated": 42},
+            _run("inductor", 3.0)]
+    cells, verdicts = compile_time.summarize(runs)
+    eq = next(c for c in cells if c["strategy"] == "eqsat")
+    assert eq["phases"]["async_compile.wait"]["median"] == 1.0 and eq["phases"]["GraphLowering.run"]["max"] == 0.9
+    assert eq["kernels_generated"]["median"] == 42
+    md = compile_time.markdown({"config": {"device": "cuda", "reps": 3, "bench_args": []}, "cells": cells,
+                                "verdicts": verdicts})
+    header = next(line for line in md.splitlines() if "| lowering |" in line)
+    assert "scheduler" not in header and header.endswith("| compile wait | kernels |")
+    assert "| m | inference | eqsat | 0.70 | 1.00 | 42 |" in md
+    assert "| m | inference | inductor |  |  | |" in md
+
+
 @pytest.mark.slow
 def test_end_to_end_on_cpu_fresh_process_and_empty_cache_per_run(tmp_path):
     """Two strategies, R=2, a tiny launch-bound model: four bench processes, each on its own empty cache (gone
@@ -59,3 +80,6 @@ def test_end_to_end_on_cpu_fresh_process_and_empty_cache_per_run(tmp_path):
     assert data["environment"]["torch"]
     md = (out / "compile_time.md").read_text()
     assert "| launch_bound | inference | eqsat |" in md and "| eqsat | none |" in md
+    assert all(r["compile_phases"]["compile_fx_inner"] > 0 and r["kernels_generated"] > 0
+               for r in runs if r["strategy"] == "eqsat")
+    assert "| lowering |" in md

@@ -183,6 +183,26 @@ def _metric_totals(name: str) -> float | None:
     return float(sum(compilation_time_metrics.get(name, []) or [0.0]))
 
 
+def _metric_snapshot() -> dict[str, float]:
+    """Seconds recorded so far per name in Dynamo's compile-time metrics (``compilation_time_metrics``: Dynamo's
+    tracing, AOTAutograd, Inductor's lowering, scheduling, code generation and ``async_compile.wait``, the wait
+    for its Triton/C++ compile workers), ``{}`` where torch has none."""
+    try:
+        from torch._dynamo.utils import compilation_time_metrics
+    except ImportError:
+        return {}
+    return {k: float(sum(v or [0.0])) for k, v in compilation_time_metrics.items()}
+
+
+def _generated_kernels() -> int | None:
+    """Kernels Inductor has generated so far in this process (``torch._inductor.metrics.generated_kernel_count``)."""
+    try:
+        from torch._inductor import metrics
+    except ImportError:
+        return None
+    return getattr(metrics, "generated_kernel_count", None)
+
+
 _COUNTER_NOISE = ("fxgraph_", "aot_autograd_", "async_compile", "autotune")
 
 
@@ -263,6 +283,7 @@ def _compile_and_check(res: dict[str, Any], case: BenchCase, mode: str, strategy
     fn = strategy.compile(module, optimus_options)
     step = _step_fn(module, fn, case, mode, strategy.cudagraphs and device == "cuda")
     inductor_before = _metric_totals("compile_fx_inner")
+    phases_before, kernels_before = _metric_snapshot(), _generated_kernels()
     skips_before = _cudagraph_skips()
     counters_before = _inductor_counters()
     log(f"first call ({'compile' if strategy.compiles else 'eager'}) ...")
@@ -276,6 +297,13 @@ def _compile_and_check(res: dict[str, Any], case: BenchCase, mode: str, strategy
     inductor_after = _metric_totals("compile_fx_inner")
     if strategy.compiles and inductor_before is not None:
         res["inductor_s"] = inductor_after - inductor_before
+    if strategy.compiles:
+        # where the first call's compile went, per Dynamo compile-time metric (seconds; nested names overlap)
+        res["compile_phases"] = {k: round(v - phases_before.get(k, 0.0), 4) for k, v in _metric_snapshot().items()
+                                 if v - phases_before.get(k, 0.0) >= 0.001}
+        kernels_after = _generated_kernels()
+        if kernels_before is not None and kernels_after is not None:
+            res["kernels_generated"] = kernels_after - kernels_before
     res.update(_reports_summary(list(optimus_eq.last_reports)))
     if strategy.cudagraphs:
         res["cudagraph_skips"] = _cudagraph_skips() - skips_before
@@ -366,6 +394,9 @@ def run_cell(case: BenchCase, mode: str, strategy: Strategy, device: str, ref: d
     ``compile_s`` (first call: Dynamo, optimizer, AOTAutograd, Inductor and one run, seconds),
     ``optimizer_s`` (optimus_eq's share), ``inductor_s`` (Inductor's ``compile_fx_inner``: lowering,
     codegen, kernel compilation of forward and backward graphs), ``other_compile_s`` (the rest),
+    ``compile_phases`` (the first call's seconds per Dynamo compile-time metric, e.g. ``GraphLowering.run``,
+    ``Scheduler.__init__``, ``async_compile.wait``; nested names overlap), ``kernels_generated`` (kernels
+    Inductor generated in the first call),
     ``ms`` (median ms per iteration), ``ms_min``, ``examples_per_s``, ``peak_mem_mib`` (CUDA only:
     peak allocated during the timed iterations), ``kernels`` (and ``launches`` on CUDA), ``outputs_match``,
     ``grads_match`` (train), ``max_abs_diff``, ``max_rel_l2``, ``mismatch`` (text), ``cudagraph_skips``
