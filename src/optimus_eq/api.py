@@ -105,7 +105,12 @@ def optimize(
 
     Returns:
         ``(graph, report)``: a new GraphModule with the same inputs and outputs (the input ``gm``
-        itself for ``"none"`` or after a fallback) and a :class:`Report`.
+        itself for ``"none"`` or after a fallback) and a :class:`Report`. Like a Dynamo graph, it is
+        specialized to the inputs it was optimized for: their shapes (unless symbolic) and which of them
+        require grad (meta or ``example_inputs``). Run with an input that requires grad where that one did
+        not, a batched GEMM or layer can give a parameter that reaches no loss a zero gradient where eager
+        leaves it None (an optimizer with weight decay then updates it): optimize with the inputs you train
+        with. ``torch.compile`` with :func:`backend` guards this by recompiling.
 
     Raises:
         ValueError: for an unknown strategy, level, pattern, extractor or option name, an option value
