@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# What the H200 has left for issue 9 after session 16 (bench/results/h200_2026-12-03): why Inductor takes longer
+# to compile eqsat's Wukong training plan (scheduler 0.90 vs 0.52 s, every run). One device call (carry .whl):
+#
+#   OUT=$OUT bash bench/h200_session17.sh prof     # cProfile of one cold process per strategy, about 2 min
+#
+# Each process is one `optimus-eq bench` cell (as compile_time.py runs it: empty Inductor/Triton cache of its
+# own) under cProfile; sched_<strategy>.txt lists the Inductor functions under Scheduler.__init__ and the
+# first call's top cumulative entries, so greedy's and eqsat's can be put side by side.
+set -u
+step=${1:?usage: h200_session17.sh prof}
+OUT=${OUT:-$PWD/h200_out}; mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+fi
+export PYTHONPATH=/tmp/site:$PWD/src:$PWD/bridge:$PWD/bench PYTHONUNBUFFERED=1
+DEVICE=${DEVICE:-cuda}; MODEL=${MODEL:-wukong}; MODE=${MODE:-train}; SIZE=${SIZE:-gpu}
+case "$step" in
+  prof)
+    for s in ${STRATS:-inductor-optimus greedy eqsat}; do
+      cache=$(mktemp -d)
+      TORCHINDUCTOR_CACHE_DIR=$cache TRITON_CACHE_DIR=$cache/triton timeout 240 ${PY:-python3} -m cProfile -o "/tmp/prof_$s.out" \
+        -m optimus_eq.cli bench --models "$MODEL" --modes "$MODE" --strategies "$s" --device "$DEVICE" --size "$SIZE" \
+        --iters 1 --warmup 0 --cache warm --no-plots --no-progress --out "/tmp/prof_$s" >"$OUT/prof_$s.log" 2>&1
+      ${PY:-python3} - "/tmp/prof_$s.out" >"$OUT/sched_$s.txt" <<'PY'
+import pstats, sys
+st = pstats.Stats(sys.argv[1]).strip_dirs()
+st.sort_stats("cumulative")
+print("== callees of Scheduler.__init__")
+st.print_callees(r"scheduler.py:\d+\(__init__\)")
+print("== scheduler.py, memory.py, ir.py by cumulative time")
+st.print_stats(r"^(scheduler|memory|ir|comms)\.py", 40)
+print("== Inductor overall")
+st.print_stats(40)
+PY
+      rm -rf "$cache"
+    done ;;
+  *) echo "unknown step $step" >&2; exit 2 ;;
+esac
