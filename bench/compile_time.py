@@ -46,16 +46,14 @@ from optimus_bench import output
 VERSUS = (("eqsat", "inductor-optimus"), ("eqsat", "inductor"), ("eqsat", "greedy"),
           ("greedy", "inductor-optimus"), ("greedy", "inductor"), ("eqsat", "none"), ("greedy", "none"))
 
-#: Dynamo compile-time metrics shown per cell (``measure.run_cell``'s ``compile_phases``), as (name, column):
+#: Dynamo compile-time metrics shown per cell (``measure.run_cell``'s ``compile_phases``), name -> column:
 #: Dynamo's bytecode tracing, AOTAutograd (whole: it holds Inductor's compiles), the joint-graph passes,
 #: Inductor's lowering, scheduling (fusion decisions), code generation (holds the waits below), the wait
 #: for the Triton/C++ compile workers, and the load of generated modules (holds compiles done in-process).
-PHASES = (("bytecode_tracing", "Dynamo trace"), ("create_aot_dispatcher_function", "AOTAutograd"),
-          ("_recursive_joint_graph_passes", "joint passes"), ("GraphLowering.run", "lowering"),
-          ("Scheduler.__init__", "scheduler"), ("GraphLowering.codegen", "codegen"),
-          ("async_compile.wait", "compile wait"), ("PyCodeCache.load_by_key_path", "module load"))
-PHASE_NAMES = dict(PHASES)
-PHASES = tuple(PHASE_NAMES)
+PHASES = {"bytecode_tracing": "Dynamo trace", "create_aot_dispatcher_function": "AOTAutograd",
+          "_recursive_joint_graph_passes": "joint passes", "GraphLowering.run": "lowering",
+          "Scheduler.__init__": "scheduler", "GraphLowering.codegen": "codegen",
+          "async_compile.wait": "compile wait", "PyCodeCache.load_by_key_path": "module load"}
 
 
 def run_once(model: str, mode: str, strategy: str, device: str, out: Path, bench_args: list[str],
@@ -172,7 +170,7 @@ def markdown(data: dict) -> str:
         lines += ["", "Where the first call's compile went (median seconds per Dynamo compile-time metric; nested "
                   "metrics overlap: AOTAutograd holds Inductor's compiles, codegen holds the compile wait), and the "
                   "kernels Inductor generated:", "",
-                  "| model | mode | strategy | " + " | ".join(PHASE_NAMES[k] for k in shown) + " | kernels |",
+                  "| model | mode | strategy | " + " | ".join(PHASES[k] for k in shown) + " | kernels |",
                   "|---|---|---|" + "---:|" * (len(shown) + 1)]
         for c in data["cells"]:
             ph = c.get("phases") or {}
@@ -215,8 +213,8 @@ def main(argv=None) -> int:
             if a.time_budget is not None and time.perf_counter() - started > a.time_budget:
                 data["stopped"] = f"time budget of {a.time_budget:g} s spent after {len(data['runs'])} runs"
                 break
-            # rotated by one cell per repetition and, on odd repetitions, walked backwards: every cell runs
-            # both before and after each other cell
+            # rotated by one cell per repetition and, on odd repetitions, walked backwards: no cell always
+            # runs right after the same other cell
             m, md, s = cells[(k + pos if k % 2 == 0 else k - pos) % len(cells)]
             run_dir = out / "runs" / f"{k}-{m}-{md}-{s}"
             row = run_once(m, md, s, a.device, run_dir, bench_args, a.timeout, a.keep_caches)

@@ -174,15 +174,6 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _metric_totals(name: str) -> float | None:
-    """Seconds recorded so far under ``name`` in Dynamo's compile-time metrics (``None`` if absent)."""
-    try:
-        from torch._dynamo.utils import compilation_time_metrics
-    except ImportError:
-        return None
-    return float(sum(compilation_time_metrics.get(name, []) or [0.0]))
-
-
 def _metric_snapshot() -> dict[str, float]:
     """Seconds recorded so far per name in Dynamo's compile-time metrics (``compilation_time_metrics``: Dynamo's
     tracing, AOTAutograd, Inductor's lowering, scheduling, code generation and ``async_compile.wait``, the wait
@@ -282,7 +273,6 @@ def _compile_and_check(res: dict[str, Any], case: BenchCase, mode: str, strategy
     """Compile ``module``, run the first (compared) call, fill ``res``'s compile and check fields; return the step."""
     fn = strategy.compile(module, optimus_options)
     step = _step_fn(module, fn, case, mode, strategy.cudagraphs and device == "cuda")
-    inductor_before = _metric_totals("compile_fx_inner")
     phases_before, kernels_before = _metric_snapshot(), _generated_kernels()
     skips_before = _cudagraph_skips()
     counters_before = _inductor_counters()
@@ -294,12 +284,11 @@ def _compile_and_check(res: dict[str, Any], case: BenchCase, mode: str, strategy
     res["compile_s"] = time.perf_counter() - t0 if strategy.compiles else None
     out = _clone_out(out)
     grads = _grads(module) if mode == "train" else {}
-    inductor_after = _metric_totals("compile_fx_inner")
-    if strategy.compiles and inductor_before is not None:
-        res["inductor_s"] = inductor_after - inductor_before
     if strategy.compiles:
+        phases_after = _metric_snapshot()
+        res["inductor_s"] = phases_after.get("compile_fx_inner", 0.0) - phases_before.get("compile_fx_inner", 0.0)
         # where the first call's compile went, per Dynamo compile-time metric (seconds; nested names overlap)
-        res["compile_phases"] = {k: round(v - phases_before.get(k, 0.0), 4) for k, v in _metric_snapshot().items()
+        res["compile_phases"] = {k: round(v - phases_before.get(k, 0.0), 4) for k, v in phases_after.items()
                                  if v - phases_before.get(k, 0.0) >= 0.001}
         kernels_after = _generated_kernels()
         if kernels_before is not None and kernels_after is not None:
