@@ -3,12 +3,14 @@
 # to compile eqsat's Wukong training plan (scheduler 0.90 vs 0.52 s, every run). One device call (carry .whl):
 #
 #   OUT=$OUT bash bench/h200_session17.sh prof     # cProfile of one cold process per strategy, about 2 min
+#   OUT=$OUT bash bench/h200_session17.sh cause    # plan or process? greedy, eqsat, eqsat without batch_gemm_lhs
+#                                                  # and the built-in passes, 5 fresh processes each, about 7 min
 #
 # Each process is one `optimus-eq bench` cell (as compile_time.py runs it: empty Inductor/Triton cache of its
 # own) under cProfile; sched_<strategy>.txt lists the Inductor functions under Scheduler.__init__ and the
 # first call's top cumulative entries, so greedy's and eqsat's can be put side by side.
 set -u
-step=${1:?usage: h200_session17.sh prof}
+step=${1:?usage: h200_session17.sh prof|cause}
 OUT=${OUT:-$PWD/h200_out}; mkdir -p "$OUT"
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -35,5 +37,10 @@ st.print_stats(40)
 PY
       rm -rf "$cache"
     done ;;
+  cause)   # if eqsat-without-batch_gemm_lhs (greedy's plan, found by eqsat) compiles like greedy, the plan is the cause
+    timeout -s INT 570 python3 bench/compile_time.py --device cuda --size gpu --models wukong --modes train \
+      --strategies greedy,eqsat,eqsat-without-batch_gemm_lhs,inductor-optimus --reps ${REPS:-5} --time-budget ${BUDGET:-480} \
+      --out /tmp/ct >"$OUT/ct.log" 2>&1
+    cp /tmp/ct/compile_time.md /tmp/ct/compile_time.json "$OUT/" ;;
   *) echo "unknown step $step" >&2; exit 2 ;;
 esac

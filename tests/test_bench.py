@@ -450,3 +450,34 @@ def test_builtin_check_bisect_finds_exactly_the_options_needed_together(needed):
 
     assert set(builtin_pregrad_check.minimal_failing(names, fails)) == needed
     assert len(calls) < len(names) ** 2
+
+
+def test_without_strategy_leaves_its_patterns_out_and_keeps_the_rest():
+    class M(torch.nn.Module):  # x @ P and linear(x, W) share x: a batch_gemm_lhs group for eqsat
+        def __init__(self):
+            super().__init__()
+            self.p = torch.nn.Parameter(torch.randn(8, 6))
+            self.w = torch.nn.Parameter(torch.randn(5, 8))
+
+        def forward(self, x):
+            a, b = torch.split(x, 4, dim=1)
+            x = torch.cat([b, a], 1)
+            return torch.relu(x @ self.p).sum() + torch.nn.functional.linear(x, self.w).sum()
+
+    fired = {}
+    for name in ("eqsat", "eqsat-without-batch_gemm_lhs"):
+        (strat,) = strategies.resolve([name])
+        torch._dynamo.reset()
+        optimus_eq.last_reports.clear()
+        m, x = M(), torch.randn(4, 8)
+        torch.testing.assert_close(strat.compile(m, {"compile": False})(x), M.forward(m, x))
+        fired[name] = set().union(*(r.patterns_fired for r in optimus_eq.last_reports))
+    assert "batch_gemm_lhs" in fired["eqsat"] and "batch_gemm_lhs" not in fired["eqsat-without-batch_gemm_lhs"]
+    assert fired["eqsat-without-batch_gemm_lhs"]  # the other patterns still run (the split/cat pair)
+    (strat,) = strategies.resolve(["greedy-cudagraphs-without-batch_gemm_lhs+batch_linear"])
+    assert strat.cudagraphs and strat.optimus_strategy == "greedy"
+    assert "batch_gemm_lhs" not in strat.backend_options["patterns"] and "merge_splits_pass" in strat.backend_options["patterns"]
+    with pytest.raises(ValueError, match="not pre-grad pattern"):
+        strategies.resolve(["eqsat-without-no_such_pattern"])
+    with pytest.raises(ValueError, match="not one of optimus_eq"):
+        strategies.resolve(["inductor-without-batch_gemm_lhs"])

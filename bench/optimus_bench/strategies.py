@@ -19,6 +19,9 @@ greedy-post, eqsat-post   ``optimus_eq.backend(strategy=s, post_grad=True)``: al
 greedy-nopack, ...        ``optimus_eq.backend(strategy=s, pack_parameters=False)`` (also eqsat-nopack and
                           the -cudagraphs of both): the ablation of parameter packing
                           (optimus_bridge/param_pack.py)
+<s>-without-<p>[+<q>...]  the ablation of patterns: strategy ``<s>`` (any optimus_eq name above) with
+                          pattern ``p`` (and ``q``, ...) left out of the Torch-IR pattern set, e.g.
+                          ``eqsat-without-batch_gemm_lhs`` (made on demand by :func:`resolve`)
 ========================  =====================================================================
 
 The ``optimus_eq`` names are read from ``optimus_eq.STRATEGIES`` when :func:`available` is called, so a
@@ -145,6 +148,8 @@ def resolve(names: list[str] | tuple[str, ...]) -> list[Strategy]:
         if name == "all":
             out.extend(s for s in table.values() if s not in out)
             continue
+        if name not in table and "-without-" in name:
+            table[name] = _without(name, table)
         if name not in table:
             base = name.removesuffix("-cudagraphs")
             hint = (f" ({base!r} is planned but not registered in optimus_eq.STRATEGIES yet)"
@@ -153,3 +158,25 @@ def resolve(names: list[str] | tuple[str, ...]) -> list[Strategy]:
         if table[name] not in out:
             out.append(table[name])
     return out
+
+
+def _without(name: str, table: dict[str, Strategy]) -> Strategy:
+    """``<s>-without-<p>[+<q>...]``: our strategy ``<s>`` with the Torch-IR patterns named after ``-without-``
+    left out (``patterns`` = the pre-grad patterns of ``optimus_eq.DEFAULT_REGISTRY`` but those).
+
+    Raises:
+        ValueError: when ``<s>`` is not one of our strategies or a pattern name is not a pre-grad pattern.
+    """
+    base_name, _, rest = name.partition("-without-")
+    base = table.get(base_name)
+    if base is None or base.kind != "optimus_eq":
+        ours = [n for n, s in table.items() if s.kind == "optimus_eq"]
+        raise ValueError(f"strategy {name!r}: {base_name!r} is not one of optimus_eq's strategies ({', '.join(ours)})")
+    pre_grad = [p.name for p in optimus_eq.DEFAULT_REGISTRY.select(None, "pre_grad")]
+    dropped = rest.split("+")
+    unknown = [p for p in dropped if p not in pre_grad]
+    if unknown:
+        raise ValueError(f"strategy {name!r}: not pre-grad pattern(s) {unknown}; valid: {', '.join(pre_grad)}")
+    return Strategy(name, "optimus_eq", f"{base.description}, without {', '.join(dropped)}", mode=base.mode,
+                    optimus_strategy=base.optimus_strategy, inductor_options=dict(base.inductor_options),
+                    backend_options={**base.backend_options, "patterns": [p for p in pre_grad if p not in dropped]})
