@@ -5,12 +5,14 @@
 #   OUT=$OUT bash bench/h200_session17.sh prof     # cProfile of one cold process per strategy, about 2 min
 #   OUT=$OUT bash bench/h200_session17.sh cause    # plan or process? greedy, eqsat, eqsat without batch_gemm_lhs
 #                                                  # and the built-in passes, 5 fresh processes each, about 7 min
+#   OUT=$OUT bash bench/h200_session17.sh state    # the same greedy compile after greedy / eqsat / a HiGHS solve in
+#                                                  # the process (bench/compile_state.py), 4 x 3 processes, ~5 min
 #
 # Each process is one `optimus-eq bench` cell (as compile_time.py runs it: empty Inductor/Triton cache of its
 # own) under cProfile; sched_<strategy>.txt lists the Inductor functions under Scheduler.__init__ and the
 # first call's top cumulative entries, so greedy's and eqsat's can be put side by side.
 set -u
-step=${1:?usage: h200_session17.sh prof|cause}
+step=${1:?usage: h200_session17.sh prof|cause|state}
 OUT=${OUT:-$PWD/h200_out}; mkdir -p "$OUT"
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -42,5 +44,10 @@ PY
       --strategies greedy,eqsat,eqsat-without-batch_gemm_lhs,inductor-optimus --reps ${REPS:-5} --time-budget ${BUDGET:-480} \
       --out /tmp/ct >"$OUT/ct.log" 2>&1
     cp /tmp/ct/compile_time.md /tmp/ct/compile_time.json "$OUT/" ;;
+  state)
+    { nproc; python3 -c "import os; print(os.cpu_count(), len(os.sched_getaffinity(0)))"; cat /sys/fs/cgroup/cpu.max; } >"$OUT/cpus.txt" 2>&1
+    timeout -s INT 560 python3 bench/compile_state.py --device cuda --size gpu --pre greedy eqsat highs --reps ${REPS:-4} \
+      --out /tmp/cs >"$OUT/state.log" 2>&1
+    cp /tmp/cs/compile_state.json "$OUT/" ;;
   *) echo "unknown step $step" >&2; exit 2 ;;
 esac
