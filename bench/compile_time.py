@@ -49,11 +49,13 @@ VERSUS = (("eqsat", "inductor-optimus"), ("eqsat", "inductor"), ("eqsat", "greed
 #: Dynamo compile-time metrics shown per cell (``measure.run_cell``'s ``compile_phases``), name -> column:
 #: Dynamo's bytecode tracing, AOTAutograd (whole: it holds Inductor's compiles), the joint-graph passes,
 #: Inductor's lowering, scheduling (fusion decisions), code generation (holds the waits below), the wait
-#: for the Triton/C++ compile workers, and the load of generated modules (holds compiles done in-process).
+#: for the Triton/C++ compile workers, the load of generated modules (holds compiles done in-process), and the
+#: cyclic garbage collector's pauses (all generations, and full collections) anywhere in the first call.
 PHASES = {"bytecode_tracing": "Dynamo trace", "create_aot_dispatcher_function": "AOTAutograd",
           "_recursive_joint_graph_passes": "joint passes", "GraphLowering.run": "lowering",
           "Scheduler.__init__": "scheduler", "GraphLowering.codegen": "codegen",
-          "async_compile.wait": "compile wait", "PyCodeCache.load_by_key_path": "module load"}
+          "async_compile.wait": "compile wait", "PyCodeCache.load_by_key_path": "module load",
+          "gc (all)": "GC pauses", "gc (full)": "full GC"}
 
 
 def run_once(model: str, mode: str, strategy: str, device: str, out: Path, bench_args: list[str],

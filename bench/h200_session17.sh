@@ -5,6 +5,7 @@
 #   OUT=$OUT bash bench/h200_session17.sh prof     # cProfile of one cold process per strategy, about 2 min
 #   OUT=$OUT bash bench/h200_session17.sh cause    # plan or process? greedy, eqsat, eqsat without batch_gemm_lhs
 #                                                  # and the built-in passes, 5 fresh processes each, about 7 min
+#   OUT=$OUT bash bench/h200_session17.sh gc       # greedy, eqsat without batch_gemm_lhs, eqsat: 3 x 3, GC pauses
 #   OUT=$OUT bash bench/h200_session17.sh state    # the same greedy compile after greedy / eqsat / a HiGHS solve in
 #                                                  # the process (bench/compile_state.py), 4 x 3 processes, ~5 min
 #
@@ -12,7 +13,7 @@
 # own) under cProfile; sched_<strategy>.txt lists the Inductor functions under Scheduler.__init__ and the
 # first call's top cumulative entries, so greedy's and eqsat's can be put side by side.
 set -u
-step=${1:?usage: h200_session17.sh prof|cause|state}
+step=${1:?usage: h200_session17.sh prof|cause|gc|state}
 OUT=${OUT:-$PWD/h200_out}; mkdir -p "$OUT"
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -42,6 +43,11 @@ PY
   cause)   # if eqsat-without-batch_gemm_lhs (greedy's plan, found by eqsat) compiles like greedy, the plan is the cause
     timeout -s INT 570 python3 bench/compile_time.py --device cuda --size gpu --models wukong --modes train \
       --strategies greedy,eqsat,eqsat-without-batch_gemm_lhs,inductor-optimus --reps ${REPS:-5} --time-budget ${BUDGET:-480} \
+      --out /tmp/ct >"$OUT/ct.log" 2>&1
+    cp /tmp/ct/compile_time.md /tmp/ct/compile_time.json "$OUT/" ;;
+  gc)      # the cause step again, fewer cells, with the first call's GC pauses (compile_phases "gc (all)", "gc (full)")
+    timeout -s INT 300 python3 bench/compile_time.py --device cuda --size gpu --models wukong --modes train \
+      --strategies ${STRATS:-greedy,eqsat-without-batch_gemm_lhs,eqsat} --reps ${REPS:-3} --time-budget ${BUDGET:-200} \
       --out /tmp/ct >"$OUT/ct.log" 2>&1
     cp /tmp/ct/compile_time.md /tmp/ct/compile_time.json "$OUT/" ;;
   state)

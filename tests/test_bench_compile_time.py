@@ -83,3 +83,19 @@ def test_end_to_end_on_cpu_fresh_process_and_empty_cache_per_run(tmp_path):
     assert all(r["compile_phases"]["compile_fx_inner"] > 0 and r["kernels_generated"] > 0
                for r in runs if r["strategy"] == "eqsat")
     assert "| lowering |" in md
+
+
+def test_gc_pauses_records_each_collection_with_its_generation_and_stops_after_the_block():
+    import gc
+    import threading
+
+    from optimus_bench import measure
+
+    with measure._gc_pauses() as pauses:
+        gc.collect()
+        gc.collect(0)
+        worker = threading.Thread(target=gc.collect, args=(1,))  # a collection on another thread counts too
+        worker.start()
+        worker.join()
+    gc.collect()
+    assert sorted(g for g, _ in pauses) == [0, 1, 2] and all(s >= 0 for _, s in pauses)

@@ -267,6 +267,29 @@ def _compile_context(strategy: Strategy, device: str, fresh_cache: bool):
         yield
 
 
+@contextlib.contextmanager
+def _gc_pauses():
+    """Yield a list that gets ``(generation, seconds)`` for every cyclic garbage collection until the block
+    ends, whichever thread triggered it (``gc.callbacks``)."""
+    pauses: list[tuple[int, float]] = []
+    started: dict[int, float] = {}
+
+    def callback(phase: str, info: dict) -> None:
+        import threading
+
+        key = threading.get_ident()
+        if phase == "start":
+            started[key] = time.perf_counter()
+        elif key in started:
+            pauses.append((info["generation"], time.perf_counter() - started.pop(key)))
+
+    gc.callbacks.append(callback)
+    try:
+        yield pauses
+    finally:
+        gc.callbacks.remove(callback)
+
+
 def _compile_and_check(res: dict[str, Any], case: BenchCase, mode: str, strategy: Strategy, device: str,
                        ref: dict[str, Any], module: nn.Module, optimus_options: dict | None,
                        log: Callable[[str], None]) -> Callable[[], Any]:
@@ -278,7 +301,7 @@ def _compile_and_check(res: dict[str, Any], case: BenchCase, mode: str, strategy
     counters_before = _inductor_counters()
     log(f"first call ({'compile' if strategy.compiles else 'eager'}) ...")
     t0 = time.perf_counter()
-    with exact_float32():
+    with exact_float32(), _gc_pauses() as pauses:
         out = step()
         _sync(device)
     res["compile_s"] = time.perf_counter() - t0 if strategy.compiles else None
@@ -290,6 +313,9 @@ def _compile_and_check(res: dict[str, Any], case: BenchCase, mode: str, strategy
         # where the first call's compile went, per Dynamo compile-time metric (seconds; nested names overlap)
         res["compile_phases"] = {k: round(v - phases_before.get(k, 0.0), 4) for k, v in phases_after.items()
                                  if v - phases_before.get(k, 0.0) >= 0.001}
+        # the cyclic garbage collector's pauses in the first call (any thread), all and full (generation 2)
+        res["compile_phases"]["gc (all)"] = round(sum(s for _g, s in pauses), 4)
+        res["compile_phases"]["gc (full)"] = round(sum(s for g, s in pauses if g == 2), 4)
         kernels_after = _generated_kernels()
         if kernels_before is not None and kernels_after is not None:
             res["kernels_generated"] = kernels_after - kernels_before
@@ -384,7 +410,8 @@ def run_cell(case: BenchCase, mode: str, strategy: Strategy, device: str, ref: d
     ``optimizer_s`` (optimus_eq's share), ``inductor_s`` (Inductor's ``compile_fx_inner``: lowering,
     codegen, kernel compilation of forward and backward graphs), ``other_compile_s`` (the rest),
     ``compile_phases`` (the first call's seconds per Dynamo compile-time metric, e.g. ``GraphLowering.run``,
-    ``Scheduler.__init__``, ``async_compile.wait``; nested names overlap), ``kernels_generated`` (kernels
+    ``Scheduler.__init__``, ``async_compile.wait``; nested names overlap; ``gc (all)`` and ``gc (full)``: the
+    cyclic garbage collector's pauses, all generations and generation 2), ``kernels_generated`` (kernels
     Inductor generated in the first call),
     ``ms`` (median ms per iteration), ``ms_min``, ``examples_per_s``, ``peak_mem_mib`` (CUDA only:
     peak allocated during the timed iterations), ``kernels`` (and ``launches`` on CUDA), ``outputs_match``,
