@@ -481,3 +481,16 @@ def test_without_strategy_leaves_its_patterns_out_and_keeps_the_rest():
         strategies.resolve(["eqsat-without-no_such_pattern"])
     with pytest.raises(ValueError, match="not one of optimus_eq"):
         strategies.resolve(["inductor-without-batch_gemm_lhs"])
+
+
+def test_amortized_strategy_prices_the_first_call_compile_in_its_execution_mode():
+    from optimus_eq.cost import GPUCostModel
+
+    (plain, graphs) = strategies.resolve(["eqsat-amortized1000", "greedy-cudagraphs-amortized50"])
+    assert plain.backend_options["cost_model"] == GPUCostModel().amortized(1000) and not plain.cudagraphs
+    assert graphs.cudagraphs and graphs.optimus_strategy == "greedy"
+    assert graphs.backend_options["cost_model"] == GPUCostModel.cudagraph().amortized(50)
+    with pytest.raises(ValueError, match="N > 0"):
+        strategies.resolve(["eqsat-amortized0"])
+    with pytest.raises(ValueError, match="N > 0"):
+        strategies.resolve(["inductor-amortized10"])

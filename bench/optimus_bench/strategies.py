@@ -22,6 +22,9 @@ greedy-nopack, ...        ``optimus_eq.backend(strategy=s, pack_parameters=False
 <s>-without-<p>[+<q>...]  the ablation of patterns: strategy ``<s>`` (any optimus_eq name above) with
                           pattern ``p`` (and ``q``, ...) left out of the Torch-IR pattern set, e.g.
                           ``eqsat-without-batch_gemm_lhs`` (made on demand by :func:`resolve`)
+<s>-amortized<N>          strategy ``<s>`` priced with the first-call compile term spread over N calls
+                          (``GPUCostModel.amortized(N)``, the CUDA-graph model for ``-cudagraphs``), e.g.
+                          ``eqsat-amortized1000`` (made on demand by :func:`resolve`)
 ========================  =====================================================================
 
 The ``optimus_eq`` names are read from ``optimus_eq.STRATEGIES`` when :func:`available` is called, so a
@@ -30,6 +33,7 @@ strategy added there is benchmarked without touching this file.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -150,6 +154,8 @@ def resolve(names: list[str] | tuple[str, ...]) -> list[Strategy]:
             continue
         if name not in table and "-without-" in name:
             table[name] = _without(name, table)
+        if name not in table and re.fullmatch(r".+-amortized\d+", name):
+            table[name] = _amortized(name, table)
         if name not in table:
             base = name.removesuffix("-cudagraphs")
             hint = (f" ({base!r} is planned but not registered in optimus_eq.STRATEGIES yet)"
@@ -180,3 +186,23 @@ def _without(name: str, table: dict[str, Strategy]) -> Strategy:
     return Strategy(name, "optimus_eq", f"{base.description}, without {', '.join(dropped)}", mode=base.mode,
                     optimus_strategy=base.optimus_strategy, inductor_options=dict(base.inductor_options),
                     backend_options={**base.backend_options, "patterns": [p for p in pre_grad if p not in dropped]})
+
+
+def _amortized(name: str, table: dict[str, Strategy]) -> Strategy:
+    """``<s>-amortized<N>``: our strategy ``<s>`` with ``cost_model`` = ``GPUCostModel.amortized(N)`` (the
+    CUDA-graph model when ``<s>`` replays CUDA graphs; the backend marks it packed where it packs).
+
+    Raises:
+        ValueError: when ``<s>`` is not one of our strategies or N is 0.
+    """
+    from optimus_eq.cost import GPUCostModel
+
+    base_name, _, calls = name.rpartition("-amortized")
+    base = table.get(base_name)
+    if base is None or base.kind != "optimus_eq" or int(calls) <= 0:
+        ours = [n for n, s in table.items() if s.kind == "optimus_eq"]
+        raise ValueError(f"strategy {name!r}: needs one of optimus_eq's strategies ({', '.join(ours)}) and N > 0")
+    model = (GPUCostModel.cudagraph() if base.cudagraphs else GPUCostModel()).amortized(int(calls))
+    return Strategy(name, "optimus_eq", f"{base.description}, first-call compile amortized over {calls} calls",
+                    mode=base.mode, optimus_strategy=base.optimus_strategy, inductor_options=dict(base.inductor_options),
+                    backend_options={**base.backend_options, "cost_model": model})

@@ -66,6 +66,15 @@ Execution modes. ``launch_us`` is what one kernel costs in the way the compiled 
   and 128 row sums captured in one CUDA graph), so bytes weigh ten times more against launches.
   ``optimus_eq.backend`` picks it when the user compiles with CUDA graphs and passed no ``cost_model``.
 
+First-call compile (opt-in). Each kernel Inductor generates (not an extern GEMM, which cuBLAS has
+compiled already) also costs first-call time: its code generation, a worker's compile and the main process's
+load. ``compile_us`` adds that time, amortized over the calls the user expects the compiled graph to run, to
+every generated kernel the model counts (:meth:`GPUCostModel.kernel_us`); ``GPUCostModel.amortized(calls)``
+sets it from :data:`COMPILE_S_PER_KERNEL`. The default, 0, prices a plan per call only (what Inductor's own
+choices optimize), which is right for any run of more than a few thousand steps; a short run, a test job or a
+model recompiled often can trade run time for a shorter first call. Repeated identical kernels (a model's
+identical layers) compile once in Inductor but are each charged here: the term over-counts for them.
+
 Embedding lookups (``F.embedding_bag`` / ``F.embedding``, batched by the embedding
 family, horizontal/embedding.py) are ``Apply`` ops like any other: one kernel writing the output. The rows they read
 are the same in the n lookups and in the one fused lookup, so they cancel out of every comparison and are
@@ -99,6 +108,12 @@ POINTWISE_OPS = frozenset(["relu", "tanh", "sigmoid", "clamp", "nan_to_num", "ad
 REDUCTION_OPS = frozenset(["sum", "layer_norm"])
 #: views whose backward writes the piece's gradient into the base's gradient (slice_backward/select_backward)
 SLICING_VIEWS = frozenset(["Narrow", "Select"])
+#: first-call seconds one more generated kernel costs on the H200 (torch 2.11, Triton 3.6): Inductor's
+#: ``compile_fx_inner`` time over the kernels it generated for Wukong training, 58 / 60 / 63 kernels (built-in
+#: passes / greedy / eqsat), 0.17-0.39 s per kernel in each of three runs of 3-5 cold processes per cell
+#: (bench/results/h200_2026-12-03/wukong_train_phases.md, h200_2026-12-03b/cause_compile_time.md,
+#: gc_compile_time.md); the lower end, as the middle of the range still holds noise
+COMPILE_S_PER_KERNEL = 0.2
 #: execution modes: what ``launch_us`` is the cost of
 EXECUTIONS = ("launch", "cudagraph")
 #: per-kernel cost inside a CUDA-graph replay on the H200 (calibration.json ``launch_us_cudagraph``)
@@ -151,6 +166,8 @@ class GPUCostModel:
         bmm_tile: the output tile edge (rows and columns) of a batched GEMM, for counting its tiles.
         bmm_half_tiles: the output tiles (all batches) at which a batched GEMM's rate halves (0: no
             occupancy factor).
+        compile_us: first-call compile time of one generated kernel (not an extern GEMM), amortized per
+            call: seconds per kernel * 1e6 / expected calls (module doc, "First-call compile"; 0: none).
     """
 
     launch_us: float = 23.3
@@ -169,10 +186,42 @@ class GPUCostModel:
     bmm_efficiency: float = GEMM_DEFAULTS["bmm_efficiency"]
     bmm_tile: float = GEMM_DEFAULTS["bmm_tile"]
     bmm_half_tiles: float = GEMM_DEFAULTS["bmm_half_tiles"]
+    compile_us: float = 0.0
 
     def __post_init__(self) -> None:
         if self.execution not in EXECUTIONS:
             raise ValueError(f"unknown execution {self.execution!r}; valid: {EXECUTIONS}")
+        if not self.compile_us >= 0:
+            raise ValueError(f"compile_us must be >= 0 (us per generated kernel per call), got {self.compile_us!r}")
+
+    @property
+    def kernel_us(self) -> float:
+        """Cost in microseconds of one kernel Inductor generates, bytes excluded: its launch plus the
+        amortized first-call compile (``compile_us``). Extern GEMMs and eager kernels pay ``launch_us`` /
+        ``eager_launch_us`` only."""
+        return self.launch_us + self.compile_us
+
+    def amortized(self, calls: float, compile_s_per_kernel: float = COMPILE_S_PER_KERNEL) -> "GPUCostModel":
+        """This model with each generated kernel's first-call compile spread over ``calls`` calls of the
+        compiled graph (training steps, inference batches): ``compile_us = compile_s_per_kernel * 1e6 /
+        calls``. ``GPUCostModel().amortized(1000)`` charges a generated kernel 200 us a call on top of its
+        23.3 us launch, so extraction keeps cuBLAS calls and fuses fewer new kernels; ``amortized(1e9)`` is
+        the per-call model.
+
+        Args:
+            calls: the number of calls expected after the first (> 0).
+            compile_s_per_kernel: first-call seconds of one generated kernel (default
+                :data:`COMPILE_S_PER_KERNEL`, measured on the H200).
+
+        Raises:
+            ValueError: ``calls`` is not > 0 or ``compile_s_per_kernel`` is negative.
+        """
+        import dataclasses
+
+        if not calls > 0 or not compile_s_per_kernel >= 0:
+            raise ValueError(f"amortized: calls must be > 0 and compile_s_per_kernel >= 0, got {calls!r}, "
+                             f"{compile_s_per_kernel!r}")
+        return dataclasses.replace(self, compile_us=compile_s_per_kernel * 1e6 / calls)
 
     @classmethod
     def cudagraph(cls, **overrides) -> "GPUCostModel":
@@ -238,7 +287,8 @@ class GPUCostModel:
         gemm = f", GEMMs {self.gemm_flops_per_us / 1e6:g} TFLOP/s" if self.gemm_flops else ""
         return (f"{self.execution} (launch {self.launch_us:g} us, {self.bytes_per_us / 1e6:g} TB/s, "
                 f"eager launch {self.eager_launch_us:g} us{gemm}){', training' if training else ''}"
-                f"{', packed parameters' if self.packed_parameters else ''}")
+                f"{', packed parameters' if self.packed_parameters else ''}"
+                f"{f', compile {self.compile_us:g} us per generated kernel' if self.compile_us else ''}")
 
     def node_cost(self, op: str, out_numel: int | None, in_numels: list[int | None], opaque: bool) -> float:
         """Forward cost in microseconds of one e-node whose output has ``out_numel`` elements."""
@@ -249,8 +299,8 @@ class GPUCostModel:
         out_b = (out_numel or 0) * self.itemsize
         in_b = sum((n or 0) for n in in_numels) * self.itemsize
         if op == "Cat":
-            return self.launch_us + 2 * out_b / self.bytes_per_us
-        return self.launch_us + (out_b + in_b) / self.bytes_per_us
+            return self.kernel_us + 2 * out_b / self.bytes_per_us
+        return self.kernel_us + (out_b + in_b) / self.bytes_per_us
 
     def fused_cost(self, out_numel: int | None, other_in_numels: list[int | None]) -> float:
         """Forward cost in microseconds of a pointwise or reduction e-node that Inductor computes inside the
@@ -268,7 +318,7 @@ class GPUCostModel:
         cost = 0.0
         for n in grad_in_numels:
             if (n or 0) < (out_numel or 0):
-                cost += self.launch_us
+                cost += self.kernel_us
             cost += ((out_numel or 0) + (n or 0)) * self.itemsize / self.bytes_per_us
         return cost
 
@@ -300,7 +350,7 @@ class GPUCostModel:
         if op in VIEWS:
             return 0.0
         in_b = sum((n or 0) for n in in_numels) * self.itemsize
-        return grad_inputs * (self.launch_us + (out_b + in_b) / self.bytes_per_us)
+        return grad_inputs * (self.kernel_us + (out_b + in_b) / self.bytes_per_us)
 
     def grad_copy_cost(self, numel: int | None) -> float:
         """Cost in microseconds of AccumulateGrad copying one parameter's gradient into the parameter's
@@ -360,7 +410,7 @@ class GPUCostModel:
             elif i == right:
                 cost += self.launch_us + self.gemm_us(inner, cols, rows, batch, batched, n_out + n_left + n_right)
             else:
-                cost += self.launch_us + (n_out + numel(arg_shapes[i])) * self.itemsize / self.bytes_per_us
+                cost += self.kernel_us + (n_out + numel(arg_shapes[i])) * self.itemsize / self.bytes_per_us
         return cost
 
 
