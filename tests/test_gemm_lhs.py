@@ -123,3 +123,19 @@ def test_training_prices_the_layout_copy_of_a_transposed_weight():
     # GEMMs are launch-bound, and the 1e-3 us views decide)
     c = check(wukong_layer, _wukong_inputs(b=512, fields=32, dim=16, rank=8, n_lcb=16), "eqsat", cost_model=dear)
     assert len(_matmuls(c.gm2)) == 1
+
+
+@pytest.mark.parametrize("strategy", ["eqsat", "greedy"])
+def test_method_calls_join_the_group(strategy):
+    """``x.matmul(p)``, ``x.mm(p)`` and ``x.matmul(other=p)`` are the function calls with ``self`` first
+    (recipes.SAME_AS_FUNCTION): members like ``torch.matmul``; values and gradients match eager."""
+    x = rand(6, 5, seed=1)
+    ws = [rand(5, 2, seed=2), rand(5, 3, seed=3), rand(4, 5, seed=4), rand(5, 1, seed=5)]
+
+    def f(x, a, b, c, d):
+        return torch.cat([x.matmul(a).relu(), x.mm(b) * 2, F.linear(x, c), x.matmul(other=d).tanh()], -1)
+
+    c = check(f, [x] + ws, strategy, trace_grad=True, pattern_options={"batch_gemm_lhs": {"min_fuse_set_size": 2}})
+    assert c.report.rule_matches["batch_gemm_lhs"] == 1, dict(c.report.rule_matches)
+    gemms = [n for n in c.gm2.graph.nodes if n.op == "call_method" and n.target in ("matmul", "mm")]
+    assert not gemms and len(_linears(c.gm2)) == 1

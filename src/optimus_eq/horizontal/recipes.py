@@ -16,10 +16,19 @@ from optimus_eq.recipe import Recipe, Slot, SymSize
 from optimus_eq.symbolic import is_static
 
 
+#: tensor methods that are their function with ``self`` as the first parameter and the same keywords
+#: (``x.matmul(other=p)`` is ``torch.matmul(x, other=p)``, ``x.mm(p)`` is ``torch.mm(x, p)``: the Tensor
+#: method signatures in ``torch/_C/_VariableFunctions.pyi`` and ``torch/_C/__init__.pyi``): :func:`bind` reads
+#: their calls as the function's
+SAME_AS_FUNCTION = frozenset({"matmul", "mm"})
+
+
 def bind(recipe, params: tuple[str, ...]) -> dict | None:
     """The recipe's arguments by parameter name (``Slot`` markers for tensor inputs); None if they do not
-    fit ``params`` (an unknown keyword, a method call)."""
-    if recipe.op != "call_function" or len(recipe.args) > len(params):
+    fit ``params`` (an unknown keyword, a method call other than those of :data:`SAME_AS_FUNCTION`, whose
+    ``self`` binds the first parameter)."""
+    method_ok = recipe.op == "call_method" and recipe.target in SAME_AS_FUNCTION
+    if (recipe.op != "call_function" and not method_ok) or len(recipe.args) > len(params):
         return None
     out = dict(zip(params, recipe.args))
     for k, v in recipe.kwargs.items():
