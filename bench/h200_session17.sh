@@ -6,6 +6,10 @@
 #   OUT=$OUT bash bench/h200_session17.sh cause    # plan or process? greedy, eqsat, eqsat without batch_gemm_lhs
 #                                                  # and the built-in passes, 5 fresh processes each, about 7 min
 #   OUT=$OUT bash bench/h200_session17.sh gc       # greedy, eqsat without batch_gemm_lhs, eqsat: 3 x 3, GC pauses
+#   OUT=$OUT bash bench/h200_session17.sh amort    # next: the opt-in compile term on the H200 (eqsat-amortized1000):
+#                                                  # Wukong training first calls, 4 strategies x 4, about 8 min
+#   OUT=$OUT bash bench/h200_session17.sh amort_ms # and its ms per step beside eqsat's and the built-in passes'
+#                                                  # (3 side-by-side rounds, plain and CUDA graphs), about 5 min
 #   OUT=$OUT bash bench/h200_session17.sh state    # the same greedy compile after greedy / eqsat / a HiGHS solve in
 #                                                  # the process (bench/compile_state.py), 4 x 3 processes, ~5 min
 #
@@ -13,7 +17,7 @@
 # own) under cProfile; sched_<strategy>.txt lists the Inductor functions under Scheduler.__init__ and the
 # first call's top cumulative entries, so greedy's and eqsat's can be put side by side.
 set -u
-step=${1:?usage: h200_session17.sh prof|cause|gc|state}
+step=${1:?usage: h200_session17.sh prof|cause|gc|state|amort|amort_ms}
 OUT=${OUT:-$PWD/h200_out}; mkdir -p "$OUT"
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -50,6 +54,15 @@ PY
       --strategies ${STRATS:-greedy,eqsat-without-batch_gemm_lhs,eqsat} --reps ${REPS:-3} --time-budget ${BUDGET:-200} \
       --out /tmp/ct >"$OUT/ct.log" 2>&1
     cp /tmp/ct/compile_time.md /tmp/ct/compile_time.json "$OUT/" ;;
+  amort)
+    timeout -s INT 570 python3 bench/compile_time.py --device cuda --size gpu --models wukong --modes train \
+      --strategies inductor-optimus,greedy,eqsat,eqsat-amortized1000 --reps ${REPS:-4} --time-budget ${BUDGET:-440} \
+      --out /tmp/ct >"$OUT/ct.log" 2>&1
+    cp /tmp/ct/compile_time.md /tmp/ct/compile_time.json "$OUT/" ;;
+  amort_ms)
+    TAG=amort JOBS=6 ROUNDS=3 ITERS=30 PREWARM_LIMIT=150 BUDGET=240 EXTRA="--modes train" \
+      STRATS=inductor-optimus,greedy,eqsat,eqsat-amortized1000,eqsat-cudagraphs,eqsat-cudagraphs-amortized1000 \
+      bash bench/h200_matrix_1gpu.sh "wukong" ;;
   state)
     { nproc; python3 -c "import os; print(os.cpu_count(), len(os.sched_getaffinity(0)))"; cat /sys/fs/cgroup/cpu.max; } >"$OUT/cpus.txt" 2>&1
     timeout -s INT 560 python3 bench/compile_state.py --device cuda --size gpu --pre greedy eqsat highs --reps ${REPS:-4} \
