@@ -494,3 +494,14 @@ def test_amortized_strategy_prices_the_first_call_compile_in_its_execution_mode(
         strategies.resolve(["eqsat-amortized0"])
     with pytest.raises(ValueError, match="N > 0"):
         strategies.resolve(["inductor-amortized10"])
+
+
+def test_amortized_strategy_keeps_its_compile_term_on_calibrated_constants(monkeypatch):
+    from optimus_eq.cost import GPUCostModel
+
+    seen = []
+    monkeypatch.setattr(optimus_eq, "backend", lambda **kw: seen.append(kw) or "inductor")
+    calibrated = GPUCostModel(launch_us=10.0)
+    (strat,) = strategies.resolve(["eqsat-amortized100"])
+    strat.compile(torch.nn.Linear(2, 2), {"cost_model": calibrated})
+    assert seen[-1]["cost_model"] == calibrated.amortized(100)

@@ -86,12 +86,18 @@ class Strategy:
         ``optimus_options`` go to :func:`optimus_eq.backend` (and so to ``optimize``) for our strategies,
         e.g. ``{"cost_model": GPUCostModel.from_calibration(path)}``; other strategies ignore them. A
         ``cost_model_cudagraph`` entry replaces ``cost_model`` for the CUDA-graph strategies (the runner
-        gives both execution modes of one calibration).
+        gives both execution modes of one calibration); an ``-amortized<N>`` strategy keeps its compile term on
+        that model.
         """
         optimus_options = dict(optimus_options or {})
         cudagraph_model = optimus_options.pop("cost_model_cudagraph", None)
         if self.cudagraphs and cudagraph_model is not None:
             optimus_options["cost_model"] = cudagraph_model
+        own = self.backend_options.get("cost_model")
+        if own is not None and optimus_options.get("cost_model") is not None:  # -amortized<N> on calibrated constants
+            import dataclasses
+
+            optimus_options["cost_model"] = dataclasses.replace(optimus_options["cost_model"], compile_us=own.compile_us)
         if self.kind == "eager":
             return module
         options = dict(self.inductor_options) or None
