@@ -139,3 +139,53 @@ def test_method_calls_join_the_group(strategy):
     assert c.report.rule_matches["batch_gemm_lhs"] == 1, dict(c.report.rule_matches)
     gemms = [n for n in c.gm2.graph.nodes if n.op == "call_method" and n.target in ("matmul", "mm")]
     assert not gemms and len(_linears(c.gm2)) == 1
+
+
+@pytest.mark.parametrize("trace_grad", [False, True])
+def test_eqsat_merges_two_linears_and_a_matmul_of_one_input_into_one_gemm(trace_grad):
+    """batch_linear_lhs fuses the two bias-free linears first in the round; batch_gemm_lhs may still take them
+    with the matmul (``regroups``), and the one GEMM of all three is the cheaper plan (one launch fewer, the
+    same one weight cat). Greedy (upstream's minimum group of 5) keeps three GEMMs. Values and gradients match
+    eager."""
+    x = rand(64, 256, seed=1)
+    ws = [rand(32, 256, seed=2), rand(32, 256, seed=3), rand(256, 32, seed=4)]
+
+    def f(x, a, b, p):
+        return torch.cat([F.linear(x, a).relu(), F.linear(x, b).tanh(), (x @ p).sigmoid()], -1)
+
+    c = check(f, [x] + ws, "eqsat", trace_grad=trace_grad)
+    assert c.report.rule_matches["batch_gemm_lhs"] == 1 and c.report.cost_after < c.report.cost_before
+    (lin,) = _linears(c.gm2)
+    assert tuple(lin.meta["val"].shape) == (64, 96) and not _matmuls(c.gm2)
+    g = check(f, [x] + ws, "greedy", trace_grad=trace_grad)
+    assert len(_linears(g.gm2)) + len(_matmuls(g.gm2)) == 3
+
+
+def test_regroups_does_not_offer_batch_linear_lhs_s_own_group_again():
+    """Two bias-free linears of one input and no matmul: batch_gemm_lhs's group would be batch_linear_lhs's
+    exactly; it is not added a second time."""
+    x = rand(8, 16, seed=1)
+
+    def f(x, a, b):
+        return torch.cat([F.linear(x, a), F.linear(x, b)], -1)
+
+    c = check(f, [x, rand(4, 16, seed=2), rand(4, 16, seed=3)], "eqsat")
+    assert c.report.rule_matches["batch_linear_lhs"] == 1 and not c.report.rule_matches.get("batch_gemm_lhs")
+
+
+def test_the_three_way_group_beside_other_patterns_groups_of_the_round():
+    """Other patterns fuse before batch_gemm_lhs in the same round (batch_relu on two other inputs, batch_linear
+    on two same-shape linears of other inputs): their members stay out of batch_gemm_lhs's candidates, the
+    three GEMMs of x still become one; values and gradients match eager."""
+    x, y, z = rand(64, 256, seed=1), rand(64, 256, seed=5), rand(64, 256, seed=6)
+    ws = [rand(32, 256, seed=2), rand(32, 256, seed=3), rand(256, 32, seed=4), rand(16, 256, seed=7),
+          rand(16, 256, seed=8)]
+
+    def f(x, y, z, a, b, p, u, v):
+        gemms = [F.linear(x, a).relu(), F.linear(x, b).tanh(), (x @ p).sigmoid()]
+        return torch.cat(gemms + [F.linear(y.relu(), u), F.linear(z.relu(), v)], -1)
+
+    c = check(f, [x, y, z] + ws, "eqsat", trace_grad=True)
+    assert c.report.rule_matches["batch_gemm_lhs"] == 1, dict(c.report.rule_matches)
+    assert c.report.rule_matches["batch_relu"] >= 1 or c.report.rule_matches["batch_linear"] >= 1
+    assert not _matmuls(c.gm2) and any(tuple(n.meta["val"].shape) == (64, 96) for n in _linears(c.gm2))

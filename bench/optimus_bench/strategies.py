@@ -33,6 +33,7 @@ strategy added there is benchmarked without touching this file.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -40,6 +41,7 @@ from typing import Any, Callable
 import torch
 
 import optimus_eq
+from optimus_eq.cost import GPUCostModel
 from optimus_eq.options import optimus_fusion_options  # the inductor-optimus strategy's options (also the demo's)
 
 #: Names the issue plans (TASO- and TENSAT-style searches) that may not be registered yet.
@@ -95,8 +97,6 @@ class Strategy:
             optimus_options["cost_model"] = cudagraph_model
         own = self.backend_options.get("cost_model")
         if own is not None and optimus_options.get("cost_model") is not None:  # -amortized<N> on calibrated constants
-            import dataclasses
-
             optimus_options["cost_model"] = dataclasses.replace(optimus_options["cost_model"], compile_us=own.compile_us)
         if self.kind == "eager":
             return module
@@ -201,8 +201,6 @@ def _amortized(name: str, table: dict[str, Strategy]) -> Strategy:
     Raises:
         ValueError: when ``<s>`` is not one of our strategies or N is 0.
     """
-    from optimus_eq.cost import GPUCostModel
-
     base_name, _, calls = name.rpartition("-amortized")
     base = table.get(base_name)
     if base is None or base.kind != "optimus_eq" or int(calls) <= 0:

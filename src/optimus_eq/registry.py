@@ -129,6 +129,11 @@ class HorizontalPattern(Pattern):
             gives them eager's strides).
         wants_options: ``group_key(member, options)`` is called with the pattern's options.
         option_defaults: option names of its own (beyond Optimus') with their defaults.
+        regroups: names of patterns whose members, fused by them earlier in the same horizontal round, stay
+            candidates of this one in a round that only adds alternatives (eqsat): its groups may take those
+            members with others (``batch_gemm_lhs`` takes ``batch_linear_lhs``'s linears with a matmul of
+            the same input), and extraction chooses. A group with exactly the members of such a group is
+            not added again. Greedy's rounds commit each group, so there a fused member is gone.
     """
 
     kind: str = "horizontal"
@@ -141,6 +146,7 @@ class HorizontalPattern(Pattern):
     any_strides: bool = False
     wants_options: bool = False
     option_defaults: dict = field(default_factory=dict, compare=False)
+    regroups: tuple[str, ...] = ()
 
 
 def horizontal(name: str, levels: tuple[str, ...], group_key: Callable, build: Callable, doc: str,

@@ -170,19 +170,30 @@ def fuse_round(egraph, patterns: Sequence, ctx: HorizontalContext, destructive: 
         plan.add_alternatives()
     writer = RowWriter(ctx.tr, view, plan.choice, ctx.alloc, eager_terms(ctx).values)
     fused: set = set()
+    fused_by: dict = {}  # pattern name -> its groups' member classes this round (for ``regroups``)
     groups = 0
     for p in patterns:
         opts = pattern_options(p, ctx.options)
         flags = {f: getattr(p, f, False) for f in ("any_strides", "wants_options", "shared_input")}
+        # the members this pattern may not take: every fused one, but (eqsat) those only its ``regroups`` fused
+        taken, offered = fused, set()
+        regroups = getattr(p, "regroups", ()) if not destructive else ()
+        if regroups:
+            others = {c for q, gs in fused_by.items() if q not in regroups for g in gs for c in g}
+            mine = {c for q in regroups for g in fused_by.get(q, ()) for c in g}
+            taken = fused - (mine - others)
+            offered = {g for q in regroups for g in fused_by.get(q, ())}
         if alternatives:
             given = set(p.options or {}) | set(ctx.options.get(p.name) or {})
             if "min_fuse_set_size" not in given:
                 opts["min_fuse_set_size"] = min(opts["min_fuse_set_size"], COST_DECIDED_MIN_FUSE_SET_SIZE)
             if "max_fuse_set_size" not in given:
                 opts["max_fuse_set_size"] = max(opts["max_fuse_set_size"], COST_DECIDED_MAX_FUSE_SET_SIZE)
-        for members in plan.groups(p.group_key, opts, fused, overlap=not destructive, **flags):
+        for members in plan.groups(p.group_key, opts, taken, overlap=not destructive, **flags):
             if alternatives and not plan.worth_adding(members):
                 continue
+            if offered and frozenset(m.cls for m in members) in offered:
+                continue  # the same group as a ``regroups`` pattern's, already an alternative
             joined, ops = len(writer.rows["UnionIn"]), {r: len(writer.rows[r]) for r in _OP_RELATIONS}
             p.build(writer, members)
             existing = writer.reinserted  # the plan's e-nodes the build named, re-inserted
@@ -194,6 +205,9 @@ def fuse_round(egraph, patterns: Sequence, ctx: HorizontalContext, destructive: 
                     writer.subsume(m)
             plan.fused_op(members)
             fused.update(m.cls for m in members)
+            if taken is not fused:
+                taken.update(m.cls for m in members)
+            fused_by.setdefault(p.name, []).append(frozenset(m.cls for m in members))
             ctx.fired[p.name] += 1
             ctx.members[p.name] += len(members)
             groups += 1
