@@ -82,9 +82,15 @@ def _r(*shape, seed=0):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
 
+#: the op kinds of ``optimus_eq.count_ops`` that are GEMMs (metric ``"gemm"``)
+GEMMS = ("linear", "matmul", "mm", "addmm", "bmm", "baddbmm")
+
+
 def count(ops, metric: str) -> int:
     if metric == "compute":
         return compute_ops(ops)
+    if metric == "gemm":
+        return sum(ops.get(k, 0) for k in GEMMS)
     if metric == "junk":
         return sum(ops.get(k, 0) for k in JUNK)
     return ops.get(metric, 0)
@@ -155,6 +161,12 @@ def uneven_dense_linear(x, w, b):
     return torch.nn.functional.linear(torch.cat([torch.relu(p) for p in ps], dim=1), w, b)
 
 
+def gemms_of_one_input(x, a, b, p):
+    # two bias-free linears and a matmul of one input (Wukong's FMB/LCB pair plus a second linear)
+    lin = torch.nn.functional.linear
+    return torch.cat([lin(x, a).relu(), lin(x, b).tanh(), (x @ p).sigmoid()], dim=-1)
+
+
 MODELS = [
     Model("split_tanh_group", split_tanh_group, split_tanh_group_inputs, "tanh", 1,
           "issue 15: six [16, 8] tanhs, three on the pieces of one split. Folding first (pointwise_through_slice) "
@@ -190,6 +202,11 @@ MODELS = [
           lambda: [_r(32, 64), _r(16, 64, seed=1), _r(16, seed=2)], "compute", 2,
           "dense features [8]*5 + [24], a relu each, cat, linear: batching the five equal relus first "
           "blocks the fold of the cat; the optimum is relu(x) and the linear (2)"),
+    Model("gemms_of_one_input", gemms_of_one_input,
+          lambda: [_r(64, 256), _r(32, 256, seed=1), _r(32, 256, seed=2), _r(256, 32, seed=3)], "gemm", 1,
+          "two bias-free linears and a matmul of one x: batching the linears first (batch_linear_lhs runs "
+          "before batch_gemm_lhs) leaves two GEMMs; the optimum is one GEMM of x and [W1; W2; P^T] (every "
+          "output reads x times a weight: at least one GEMM)"),
 ]
 
 
