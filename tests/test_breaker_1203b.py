@@ -113,3 +113,16 @@ def test_a_short_horizon_never_returns_a_plan_dearer_than_the_input_by_its_own_m
     ins = [rand(1, 6, seed=1), rand(6, 2, seed=2), rand(6, 2, seed=3)]
     r = check(_two_gemms_one_lhs, ins, "eqsat", cost_model=model).report
     assert r.cost_after <= r.cost_before, (r.cost_before, r.cost_after, dict(r.patterns_fired))
+
+
+def test_grad_packing_prices_the_copy_kernel_it_saves_with_the_compile_term():
+    """Under CUDA graphs the backend packs stacks with gradients only where their copy kernels cost more than
+    packing's host time (``grad_packing_pays``); the copy is a kernel Inductor generates, so with
+    ``compile_us`` it costs its first-call compile too, as extraction prices it (it used ``launch_us``)."""
+    from optimus_bridge.backend import PACK_HOST_US_CUDAGRAPH, grad_packing_pays
+
+    small = [[torch.nn.Parameter(torch.zeros(4, 4)) for _ in range(3)]]
+    assert not grad_packing_pays(small, GPUCostModel.cudagraph())
+    assert GPUCostModel.cudagraph().amortized(100).compile_us > PACK_HOST_US_CUDAGRAPH
+    assert grad_packing_pays(small, GPUCostModel.cudagraph().amortized(100))
+    assert not grad_packing_pays(small, GPUCostModel.cudagraph().amortized(1e9))
