@@ -24,7 +24,9 @@ greedy-nopack, ...        ``optimus_eq.backend(strategy=s, pack_parameters=False
                           ``eqsat-without-batch_gemm_lhs`` (made on demand by :func:`resolve`)
 <s>-amortized<N>          strategy ``<s>`` priced with the first-call compile term spread over N calls
                           (``GPUCostModel.amortized(N)``, the CUDA-graph model for ``-cudagraphs``), e.g.
-                          ``eqsat-amortized1000`` (made on demand by :func:`resolve`)
+                          ``eqsat-amortized1000`` (made on demand by :func:`resolve`; N in ASCII digits,
+                          no leading zeros). The two compose in either order:
+                          ``eqsat-without-batch_gemm_lhs-amortized100``, ``eqsat-amortized100-without-...``
 ========================  =====================================================================
 
 The ``optimus_eq`` names are read from ``optimus_eq.STRATEGIES`` when :func:`available` is called, so a
