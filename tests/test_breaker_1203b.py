@@ -126,3 +126,19 @@ def test_grad_packing_prices_the_copy_kernel_it_saves_with_the_compile_term():
     assert GPUCostModel.cudagraph().amortized(100).compile_us > PACK_HOST_US_CUDAGRAPH
     assert grad_packing_pays(small, GPUCostModel.cudagraph().amortized(100))
     assert not grad_packing_pays(small, GPUCostModel.cudagraph().amortized(1e9))
+
+
+def test_a_tensor_or_numpy_count_gives_a_float_compile_term():
+    """``amortized(torch.tensor(10))`` (a step count read off a tensor) and ``GPUCostModel(compile_us=tensor)``
+    kept the tensor: every generated kernel's cost, and ``report.cost_after``, became a float32 tensor
+    (1400260.75 for a 1400260.7x us plan)."""
+    import numpy as np
+
+    for model in (GPUCostModel().amortized(torch.tensor(10)), GPUCostModel().amortized(np.int64(10)),
+                  GPUCostModel(compile_us=torch.tensor(20000.0))):
+        assert type(model.compile_us) is float and model == GPUCostModel().amortized(10)
+    ins = [rand(1, 6, seed=1), rand(6, 2, seed=2), rand(6, 2, seed=3)]
+    r = check(_two_gemms_one_lhs, ins, "eqsat", cost_model=GPUCostModel(compile_us=torch.tensor(200000.0))).report
+    assert type(r.cost_after) is float and type(r.cost_before) is float
+    with pytest.raises(TypeError, match="a number"):
+        GPUCostModel(compile_us="5")
