@@ -24,7 +24,9 @@ greedy-nopack, ...        ``optimus_eq.backend(strategy=s, pack_parameters=False
                           ``eqsat-without-batch_gemm_lhs`` (made on demand by :func:`resolve`)
 <s>-amortized<N>          strategy ``<s>`` priced with the first-call compile term spread over N calls
                           (``GPUCostModel.amortized(N)``, the CUDA-graph model for ``-cudagraphs``), e.g.
-                          ``eqsat-amortized1000`` (made on demand by :func:`resolve`)
+                          ``eqsat-amortized1000`` (made on demand by :func:`resolve`; N in ASCII digits,
+                          no leading zeros). The two compose in either order:
+                          ``eqsat-without-batch_gemm_lhs-amortized100``, ``eqsat-amortized100-without-...``
 ========================  =====================================================================
 
 The ``optimus_eq`` names are read from ``optimus_eq.STRATEGIES`` when :func:`available` is called, so a
@@ -88,16 +90,17 @@ class Strategy:
         ``optimus_options`` go to :func:`optimus_eq.backend` (and so to ``optimize``) for our strategies,
         e.g. ``{"cost_model": GPUCostModel.from_calibration(path)}``; other strategies ignore them. A
         ``cost_model_cudagraph`` entry replaces ``cost_model`` for the CUDA-graph strategies (the runner
-        gives both execution modes of one calibration); an ``-amortized<N>`` strategy keeps its compile term on
-        that model.
+        gives both execution modes of one calibration). A calibrated ``cost_model`` given so replaces this
+        strategy's own but keeps its first-call compile term (``-amortized<N>``: the calibrated constants,
+        amortized over N calls; before, ``--cost-model cal.json`` silently priced such a strategy per call).
         """
         optimus_options = dict(optimus_options or {})
         cudagraph_model = optimus_options.pop("cost_model_cudagraph", None)
         if self.cudagraphs and cudagraph_model is not None:
             optimus_options["cost_model"] = cudagraph_model
-        own = self.backend_options.get("cost_model")
-        if own is not None and optimus_options.get("cost_model") is not None:  # -amortized<N> on calibrated constants
-            optimus_options["cost_model"] = dataclasses.replace(optimus_options["cost_model"], compile_us=own.compile_us)
+        own, given = self.backend_options.get("cost_model"), optimus_options.get("cost_model")
+        if getattr(own, "compile_us", 0) and given is not None and hasattr(given, "compile_us"):
+            optimus_options["cost_model"] = dataclasses.replace(given, compile_us=own.compile_us)
         if self.kind == "eager":
             return module
         options = dict(self.inductor_options) or None
@@ -158,10 +161,7 @@ def resolve(names: list[str] | tuple[str, ...]) -> list[Strategy]:
         if name == "all":
             out.extend(s for s in table.values() if s not in out)
             continue
-        if name not in table and "-without-" in name:
-            table[name] = _without(name, table)
-        if name not in table and re.fullmatch(r".+-amortized\d+", name):
-            table[name] = _amortized(name, table)
+        _derive(name, table)
         if name not in table:
             base = name.removesuffix("-cudagraphs")
             hint = (f" ({base!r} is planned but not registered in optimus_eq.STRATEGIES yet)"
@@ -170,6 +170,25 @@ def resolve(names: list[str] | tuple[str, ...]) -> list[Strategy]:
         if table[name] not in out:
             out.append(table[name])
     return out
+
+
+#: ``<s>-amortized<N>``: N in ASCII digits (``\\d`` would take other scripts' digits, which ``int`` reads too)
+_AMORTIZED = re.compile(r"(.+)-amortized([0-9]+)", re.ASCII)
+
+
+def _derive(name: str, table: dict[str, Strategy]) -> None:
+    """Add ``name`` to ``table`` when it is a derived name (``-amortized<N>`` last, else ``-without-``), its
+    base resolved the same way first: the two grammars compose in either order
+    (``eqsat-without-p-amortized10``, ``eqsat-amortized10-without-p``), whatever names came before it."""
+    if name in table:
+        return
+    m = _AMORTIZED.fullmatch(name)
+    if m:
+        _derive(m.group(1), table)
+        table[name] = _amortized(name, table)
+    elif "-without-" in name:
+        _derive(name.partition("-without-")[0], table)
+        table[name] = _without(name, table)
 
 
 def _without(name: str, table: dict[str, Strategy]) -> Strategy:
@@ -206,7 +225,12 @@ def _amortized(name: str, table: dict[str, Strategy]) -> Strategy:
     if base is None or base.kind != "optimus_eq" or int(calls) <= 0:
         ours = [n for n, s in table.items() if s.kind == "optimus_eq"]
         raise ValueError(f"strategy {name!r}: needs one of optimus_eq's strategies ({', '.join(ours)}) and N > 0")
-    model = (GPUCostModel.cudagraph() if base.cudagraphs else GPUCostModel()).amortized(int(calls))
+    if calls != str(int(calls)):  # one name per model: results are keyed by name
+        raise ValueError(f"strategy {name!r}: write N without leading zeros ({base_name}-amortized{int(calls)})")
+    try:
+        model = (GPUCostModel.cudagraph() if base.cudagraphs else GPUCostModel()).amortized(int(calls))
+    except (OverflowError, ValueError) as exc:
+        raise ValueError(f"strategy {name!r}: N = {calls} gives no usable compile term ({exc})") from None
     return Strategy(name, "optimus_eq", f"{base.description}, first-call compile amortized over {calls} calls",
                     mode=base.mode, optimus_strategy=base.optimus_strategy, inductor_options=dict(base.inductor_options),
                     backend_options={**base.backend_options, "cost_model": model})

@@ -250,7 +250,10 @@ def grad_packing_pays(stacks, model: GPUCostModel) -> bool:
 
     DLRM's 26 tables of 100k x 64 (a 666 MB copy, 333 us a step) pack; BERT's Q/K/V weights (7 MB a layer) and
     32 branches' small weights do not."""
-    copy_us = sum(model.launch_us + 2 * sum(p.numel() * p.element_size() for p in params) / model.bytes_per_us
+    # the copy is a kernel Inductor generates: with a first-call compile term (``GPUCostModel.compile_us``) it
+    # also costs that (``kernel_us``), as the extraction prices it
+    kernel_us = getattr(model, "kernel_us", model.launch_us)
+    copy_us = sum(kernel_us + 2 * sum(p.numel() * p.element_size() for p in params) / model.bytes_per_us
                   for params in stacks)
     return copy_us > PACK_HOST_US_CUDAGRAPH
 

@@ -191,8 +191,14 @@ class GPUCostModel:
     def __post_init__(self) -> None:
         if self.execution not in EXECUTIONS:
             raise ValueError(f"unknown execution {self.execution!r}; valid: {EXECUTIONS}")
-        if not self.compile_us >= 0:
-            raise ValueError(f"compile_us must be >= 0 (us per generated kernel per call), got {self.compile_us!r}")
+        if isinstance(self.compile_us, (str, bytes)):
+            raise TypeError(f"compile_us must be a number (us per generated kernel per call), got {self.compile_us!r}")
+        if not (self.compile_us >= 0 and math.isfinite(self.compile_us)):
+            # an infinite term makes every plan cost inf: extraction can no longer tell plans apart
+            raise ValueError(f"compile_us must be >= 0 and finite (us per generated kernel per call), "
+                             f"got {self.compile_us!r}")
+        # a Python float: a 0-d torch number here made every e-node's cost a float32 tensor (report included)
+        object.__setattr__(self, "compile_us", float(self.compile_us))
 
     @property
     def kernel_us(self) -> float:
@@ -221,7 +227,15 @@ class GPUCostModel:
         if not calls > 0 or not compile_s_per_kernel >= 0:
             raise ValueError(f"amortized: calls must be > 0 and compile_s_per_kernel >= 0, got {calls!r}, "
                              f"{compile_s_per_kernel!r}")
-        return dataclasses.replace(self, compile_us=compile_s_per_kernel * 1e6 / calls)
+        try:
+            # a float whatever ``calls`` is (a numpy or 0-d torch number made the field, then every cost, one)
+            compile_us = float(compile_s_per_kernel * 1e6 / calls)
+        except OverflowError:  # an int too large for a float: the per-call model
+            compile_us = 0.0
+        if not math.isfinite(compile_us):  # calls = 1e-310, compile_s_per_kernel = inf
+            raise ValueError(f"amortized: calls must be > 0 and compile_s_per_kernel >= 0 with a finite quotient "
+                             f"(compile_s_per_kernel * 1e6 / calls), got {calls!r}, {compile_s_per_kernel!r}")
+        return dataclasses.replace(self, compile_us=compile_us)
 
     @classmethod
     def cudagraph(cls, **overrides) -> "GPUCostModel":

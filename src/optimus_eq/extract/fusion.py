@@ -71,6 +71,26 @@ def _args(view, cls) -> list | None:
     return None
 
 
+def _self_cyclic(view, nid) -> bool:
+    """Whether e-node ``nid`` reads its own e-class: as a child, or as an element of a list child whose cells
+    are unique (``Cat(Cons(x, Nil))`` in ``x``'s class). Such an e-node is in no acyclic plan."""
+    node = view.nodes[nid]
+    own = node.eclass
+    for c in node.children:
+        seen = set()
+        while c not in seen:
+            if c == own:
+                return True
+            seen.add(c)
+            cells = [view.nodes[n] for n in view.classes.get(c, ())]
+            if len(cells) != 1 or cells[0].op not in ("Cons", "ACons") or not cells[0].children:
+                break
+            if cells[0].children[0] == own:
+                return True
+            c = cells[0].children[-1]
+    return False
+
+
 def fused_nodes(view, kinds: dict, sizes: dict, forced=frozenset()) -> dict:
     """E-node id -> ``(fused input e-class, [its other input e-classes])`` for every e-node the cost model
     credits with fusion (module doc). ``kinds``: :func:`op_kinds`; ``sizes``: e-class -> element count."""
@@ -86,7 +106,9 @@ def fused_nodes(view, kinds: dict, sizes: dict, forced=frozenset()) -> dict:
 
     def kind_of_class(c):
         if c not in class_kind:
-            ks = [node_kind.get(n) for n in view.classes.get(c, ())]
+            # an e-node reading its own e-class (``cat([x])``, a full ``narrow`` or same-shape ``reshape`` of
+            # ``x``, merged with ``x``) is in no acyclic plan: it does not stop the class's kernel fusing
+            ks = [node_kind.get(n) for n in view.classes.get(c, ()) if n in node_kind or not _self_cyclic(view, n)]
             if not ks or None in ks:
                 class_kind[c] = None
             else:
