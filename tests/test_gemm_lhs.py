@@ -193,9 +193,10 @@ def test_the_three_way_group_beside_other_patterns_groups_of_the_round():
 
 
 def test_calls_by_keywords_only_stay_opaque_and_right():
-    """``F.linear(weight=w, input=x)`` (keywords only, in another order) is left to eager as an opaque call: the
-    e-graph's shape analysis reads an op's tensor inputs in slot order, which for such a call is not the
-    signature's (a term for it once gave [4, 12] where eager gives [8, 8]). Values match eager."""
+    """``F.linear(weight=w, input=x)`` (keywords only, in another order) stays an opaque call: the e-graph's
+    shape analysis reads an op's tensor inputs in slot order, which for such a call is not the signature's (a
+    term for it made plans whose lowering the output check rejected: "Sizes of tensors must match"). Values
+    match eager and the linears are not batched."""
     x = rand(8, 16, seed=1)
 
     def f(x, a, b):
