@@ -131,8 +131,8 @@ class HorizontalPattern(Pattern):
         option_defaults: option names of its own (beyond Optimus') with their defaults.
         regroups: names of patterns whose members, fused by them earlier in the same horizontal round, stay
             candidates of this one in a round that only adds alternatives (eqsat): its groups may take those
-            members with others (``batch_gemm_lhs`` takes ``batch_linear_lhs``'s linears with a matmul of
-            the same input), and extraction chooses. A group with exactly the members of such a group is
+            members with others (the same-input GEMM batching takes the linear-lhs batching's linears with
+            a matmul of the same input, patterns/gemm_lhs.py), and extraction chooses. A group with exactly the members of such a group is
             not added again. Greedy's rounds commit each group, so there a fused member is gone.
     """
 

@@ -257,6 +257,9 @@ batch_linear_lhs = horizontal(
     y1 = F.linear(x, w1, b1); y2 = F.linear(x, w2, b2)          (w1: [o1, k], w2: [o2, k])
         =>  y = F.linear(x, cat([w1, w2]), cat([b1, b2])); y1 = y[..., :o1]; y2 = y[..., o1:]
     """)
+#: the linear-lhs batching, as other modules refer to it (patterns/gemm_lhs.py regroups its members; a pattern's
+#: name is written in its own module only)
+SHARED_INPUT_LINEARS = batch_linear_lhs
 
 batch_linear = horizontal(
     "batch_linear", PRE_GRAD, linear_key, build_linear, builtin=PRE_GRAD, batches=("linear",),

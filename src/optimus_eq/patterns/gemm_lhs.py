@@ -14,7 +14,7 @@ transposed input, one GEMM each.
 Members: linears without bias and matmuls of a 2-D right operand (x of rank >= 2, its last size P's first;
 ``torch.matmul``, ``@``, ``torch.mm`` and the methods ``x.matmul`` / ``x.mm``), one dtype and device, reading one
 input e-class (the key names it, ``shared_input`` as the linear-lhs batching). Biased linears stay with the
-linear-lhs batching (a matmul has no bias to concatenate). In eqsat the linears that ``batch_linear_lhs`` fused
+linear-lhs batching (a matmul has no bias to concatenate). In eqsat the linears that the linear-lhs batching fused
 earlier in the round stay candidates here (``regroups``): two linears and a matmul of one input are one GEMM.
 
 Why a choice: the fused GEMM reads x once and launches one GEMM (and one backward GEMM per operand) instead
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 
-from optimus_eq.horizontal.linear import _linear_parts
+from optimus_eq.horizontal.linear import SHARED_INPUT_LINEARS, _linear_parts
 from optimus_eq.horizontal.recipes import bound_call, check_one_input_type, recipe, slot, slots
 from optimus_eq.registry import PRE_GRAD, horizontal
 
@@ -118,7 +118,7 @@ def build_gemm_lhs(w, members) -> None:
 batch_gemm_lhs = horizontal(
     "batch_gemm_lhs", PRE_GRAD, gemm_lhs_key, build_gemm_lhs, batches=("matmul",),
     shared_input=True,  # members are gathered by their input too (PlanGraph.groups)
-    regroups=("batch_linear_lhs",),  # eqsat: two linears batch_linear_lhs fused and a matmul, as one GEMM
+    regroups=(SHARED_INPUT_LINEARS.name,),  # eqsat: two linears the linear-lhs batching fused and a matmul, one GEMM
     doc="""GEMMs reading one input, as matmuls of 2-D right operands and bias-free linears, become one linear.
 
     z = x @ P; y = F.linear(x, W)        (P: [k, n], W: [o, k])
