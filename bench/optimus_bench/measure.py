@@ -12,6 +12,7 @@ import contextlib
 import copy
 import gc
 import statistics
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -275,8 +276,6 @@ def _gc_pauses():
     started: dict[int, float] = {}
 
     def callback(phase: str, info: dict) -> None:
-        import threading
-
         key = threading.get_ident()
         if phase == "start":
             started[key] = time.perf_counter()

@@ -252,8 +252,7 @@ def grad_packing_pays(stacks, model: GPUCostModel) -> bool:
     32 branches' small weights do not."""
     # the copy is a kernel Inductor generates: with a first-call compile term (``GPUCostModel.compile_us``) it
     # also costs that (``kernel_us``), as the extraction prices it
-    kernel_us = getattr(model, "kernel_us", model.launch_us)
-    copy_us = sum(kernel_us + 2 * sum(p.numel() * p.element_size() for p in params) / model.bytes_per_us
+    copy_us = sum(model.kernel_us + 2 * sum(p.numel() * p.element_size() for p in params) / model.bytes_per_us
                   for params in stacks)
     return copy_us > PACK_HOST_US_CUDAGRAPH
 

@@ -132,8 +132,9 @@ class HorizontalPattern(Pattern):
         regroups: names of patterns whose members, fused by them earlier in the same horizontal round, stay
             candidates of this one in a round that only adds alternatives (eqsat): its groups may take those
             members with others (the same-input GEMM batching takes the linear-lhs batching's linears with
-            a matmul of the same input, patterns/gemm_lhs.py), and extraction chooses. A group with exactly the members of such a group is
-            not added again. Greedy's rounds commit each group, so there a fused member is gone.
+            a matmul of the same input, patterns/gemm_lhs.py), and extraction chooses. A group with exactly
+            the members of such a group is not added again. Greedy's rounds commit each group, so there a
+            fused member is gone.
     """
 
     kind: str = "horizontal"

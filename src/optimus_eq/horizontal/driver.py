@@ -170,19 +170,18 @@ def fuse_round(egraph, patterns: Sequence, ctx: HorizontalContext, destructive: 
         plan.add_alternatives()
     writer = RowWriter(ctx.tr, view, plan.choice, ctx.alloc, eager_terms(ctx).values)
     fused: set = set()
-    fused_by: dict = {}  # pattern name -> its groups' member classes this round (for ``regroups``)
+    fused_by: dict = {}   # member class -> the patterns that fused it this round (for ``regroups``)
+    groups_of: dict = {}  # pattern name -> its groups' member classes this round
     groups = 0
     for p in patterns:
         opts = pattern_options(p, ctx.options)
         flags = {f: getattr(p, f, False) for f in ("any_strides", "wants_options", "shared_input")}
         # the members this pattern may not take: every fused one, but (eqsat) those only its ``regroups`` fused
         taken, offered = fused, set()
-        regroups = getattr(p, "regroups", ()) if not destructive else ()
+        regroups = set(getattr(p, "regroups", ())) if not destructive else set()
         if regroups:
-            others = {c for q, gs in fused_by.items() if q not in regroups for g in gs for c in g}
-            mine = {c for q in regroups for g in fused_by.get(q, ()) for c in g}
-            taken = fused - (mine - others)
-            offered = {g for q in regroups for g in fused_by.get(q, ())}
+            taken = {c for c in fused if not fused_by[c] <= regroups}
+            offered = {g for q in regroups for g in groups_of.get(q, ())}
         if alternatives:
             given = set(p.options or {}) | set(ctx.options.get(p.name) or {})
             if "min_fuse_set_size" not in given:
@@ -207,7 +206,9 @@ def fuse_round(egraph, patterns: Sequence, ctx: HorizontalContext, destructive: 
             fused.update(m.cls for m in members)
             if taken is not fused:
                 taken.update(m.cls for m in members)
-            fused_by.setdefault(p.name, []).append(frozenset(m.cls for m in members))
+            groups_of.setdefault(p.name, []).append(frozenset(m.cls for m in members))
+            for m in members:
+                fused_by.setdefault(m.cls, set()).add(p.name)
             ctx.fired[p.name] += 1
             ctx.members[p.name] += len(members)
             groups += 1
