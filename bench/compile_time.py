@@ -10,7 +10,9 @@ mod n) and walked backwards on odd repetitions (so no strategy always runs right
 falls on every cell alike. The first call therefore pays our optimizer's one-time costs
 of a process (imports, egglog rule programs), as a user's first compile does; Dynamo's and Inductor's own
 one-time costs are taken by the bench's warm-up compile (:func:`optimus_eq.demo.warm_up_compiler`), as in the
-matrix.
+matrix, unless ``--no-warm-up``: then the first call is a user's first call in a fresh process, with Dynamo's and
+Inductor's imports and the start of Inductor's compile-worker pool (a backend that does not start that pool
+early compiles its first kernels in the calling process, one at a time).
 
 Reported per cell: the median and range of ``compile_s`` (first call: Dynamo, optimus_eq, AOTAutograd,
 Inductor, one run), of ``optimizer_s`` (optimus_eq's share, ``Report.times["total"]``), the optimizer's share
@@ -197,12 +199,16 @@ def main(argv=None) -> int:
     ap.add_argument("--keep-caches", action="store_true", help="keep each run's cache folder")
     ap.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                     help="start no run after this many seconds (the runs done so far are reported)")
+    ap.add_argument("--no-warm-up", action="store_true",
+                    help="no warm-up compile before the timed first call (bench --no-warm-up): the first call of a "
+                    "user's fresh process, Dynamo's and Inductor's one-time costs included")
     ap.add_argument("--out", default="bench/out/compile_time")
     a = ap.parse_args(argv)
     if a.reps < 1:
         ap.error("--reps must be at least 1")
     strategies = [s for part in a.strategies for s in part.split(",") if s]
-    bench_args = (["--size", a.size] if a.size else []) + [x for s in a.set for x in ("--set", s)]
+    bench_args = ((["--size", a.size] if a.size else []) + [x for s in a.set for x in ("--set", s)]
+                  + (["--no-warm-up"] if a.no_warm_up else []))
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     cells = [(m, md, s) for m in a.models for md in a.modes for s in strategies]

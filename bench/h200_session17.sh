@@ -10,6 +10,9 @@
 #                                                  # Wukong training first calls, 4 strategies x 4, about 8 min
 #   OUT=$OUT bash bench/h200_session17.sh amort_ms # and its ms per step beside eqsat's and the built-in passes'
 #                                                  # (3 side-by-side rounds, plain and CUDA graphs), about 5 min
+#   OUT=$OUT bash bench/h200_session17.sh kernels  # which kernels Inductor generates for each plan: one cold process
+#                                                  # per strategy; kernels_<strategy>.txt lists the Triton kernels'
+#                                                  # names and the extern calls of the output code, ~2 min
 #   OUT=$OUT bash bench/h200_session17.sh state    # the same greedy compile after greedy / eqsat / a HiGHS solve in
 #                                                  # the process (bench/compile_state.py), 4 x 3 processes, ~5 min
 #
@@ -17,7 +20,7 @@
 # own) under cProfile; sched_<strategy>.txt lists the Inductor functions under Scheduler.__init__ and the
 # first call's top cumulative entries, so greedy's and eqsat's can be put side by side.
 set -u
-step=${1:?usage: h200_session17.sh prof|cause|gc|state|amort|amort_ms}
+step=${1:?usage: h200_session17.sh prof|cause|gc|state|amort|amort_ms|kernels}
 OUT=${OUT:-$PWD/h200_out}; mkdir -p "$OUT"
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -63,6 +66,33 @@ PY
     TAG=amort JOBS=6 ROUNDS=3 ITERS=30 PREWARM_LIMIT=150 BUDGET=240 EXTRA="--modes train" \
       STRATS=inductor-optimus,greedy,eqsat,eqsat-amortized1000,eqsat-cudagraphs,eqsat-cudagraphs-amortized1000 \
       bash bench/h200_matrix_1gpu.sh "wukong" ;;
+  kernels)
+    for s in ${STRATS:-inductor-optimus greedy eqsat eqsat-amortized1000}; do
+      cache=$(mktemp -d)
+      TORCHINDUCTOR_CACHE_DIR=$cache TRITON_CACHE_DIR=$cache/triton timeout 200 python3 -m optimus_eq.cli bench \
+        --models "$MODEL" --modes "$MODE" --strategies "$s" --device "$DEVICE" --size "$SIZE" --iters 1 --warmup 0 \
+        --cache warm --no-plots --no-progress --out "/tmp/kern_$s" >"/tmp/kern_$s.log" 2>&1
+      python3 - "$cache" >"$OUT/kernels_$s.txt" <<'PY'
+import collections, pathlib, re, sys
+kernels, externs, wrappers = set(), collections.Counter(), 0
+for p in pathlib.Path(sys.argv[1]).rglob("*.py"):
+    text = p.read_text(errors="replace")
+    if "def call(" in text:   # an output-code wrapper (forward or backward graph)
+        wrappers += 1
+        for m in re.finditer(r"\b(triton_\w+)\.run\(", text):
+            kernels.add(m.group(1))
+        for m in re.finditer(r"\bextern_kernels\.(\w+)\(", text):
+            externs[m.group(1)] += 1
+        for m in re.finditer(r"\btorch\.ops\.(\w+\.\w+)", text):
+            externs["op " + m.group(1)] += 1
+print("wrappers", wrappers, "triton kernels", len(kernels), "extern calls", sum(externs.values()))
+for k in sorted(kernels):
+    print("K", re.sub(r"_\d+$", "", k))
+for k, n in sorted(externs.items()):
+    print("E", k, n)
+PY
+      rm -rf "$cache"
+    done ;;
   state)
     { nproc; python3 -c "import os; print(os.cpu_count(), len(os.sched_getaffinity(0)))"; cat /sys/fs/cgroup/cpu.max; } >"$OUT/cpus.txt" 2>&1
     timeout -s INT 560 python3 bench/compile_state.py --device cuda --size gpu --pre greedy eqsat highs --reps ${REPS:-4} \

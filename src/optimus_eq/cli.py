@@ -138,7 +138,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             models, strategies, modes, device, args.out, size=args.size, dtype=dtype, iters=args.iters,
             warmup=args.warmup, cache=cache, overrides=overrides,
             time_budget_s=args.time_budget, plots=not args.no_plots, progress=not args.no_progress,
-            argv=sys.argv[1:], cost_model=args.cost_model, prewarmed=prewarmed, rounds=args.rounds)
+            argv=sys.argv[1:], cost_model=args.cost_model, prewarmed=prewarmed, rounds=args.rounds,
+            warm_up=not args.no_warm_up)
     except (ValueError, RuntimeError) as exc:
         print(f"optimus-eq bench: {exc}", file=sys.stderr)
         return 2
@@ -433,6 +434,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--cost-model", default=None, metavar="JSON",
                        help="our strategies use the cost-model constants of this calibration record "
                        "(optimus-eq calibrate); default: the built-in ones")
+    bench.add_argument("--no-warm-up", action="store_true",
+                       help="skip the tiny warm-up compile: the first cell pays Dynamo's and Inductor's one-time costs "
+                       "(imports, the start of Inductor's compile-worker pool), as a user's first compile in a fresh "
+                       "process does")
     bench.add_argument("--no-plots", action="store_true", help="skip the matplotlib plots")
     bench.add_argument("--no-progress", action="store_true", help="plain progress lines instead of a tqdm bar")
     bench.add_argument("--list", action="store_true", help="print the model, strategy and mode names and exit")
