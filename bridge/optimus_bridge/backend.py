@@ -97,6 +97,8 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
     _inductor_patches(mode, base_patches)  # an unknown mode fails here, not inside Dynamo
 
     def optimus_eq_backend(gm, example_inputs, mode: str | None = None, options: dict | None = None):
+        if compile:
+            _start_compile_workers()  # they start while the optimizer runs, as Inductor's own backend starts them
         patches = _inductor_patches(mode or default_mode, {**base_patches, **(options or {})})
         if pre_grad:
             call_options = optimize_options
@@ -146,6 +148,25 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
                               config_patches=patches)
 
     return optimus_eq_backend
+
+
+def _start_compile_workers() -> None:
+    """Start Inductor's pool of Triton compile workers now, if it is not running (Inductor's
+    ``maybe_warm_pool``, which honours ``TORCH_WARM_POOL=0`` and ``compile_threads``; a no-op without Triton).
+
+    Why: Inductor compiles a kernel in a worker only once the pool has answered its first job; until then
+    each kernel compiles in the calling process, one at a time. Dynamo's registered ``inductor`` backend
+    starts the pool at its first call, before ``compile_fx``; this backend calls ``compile_fx`` directly and,
+    without this, started it only at its first kernel, later than Inductor's backend does. Started here, it
+    starts while our optimizer runs. On the H200 (bench/results/h200_2026-12-03c, a fresh process per first
+    call, no warm-up compile) the first call did not change beyond the host's noise. Any failure (a private
+    API that moved, a process that may not start workers) is ignored: Inductor starts the pool later itself."""
+    try:
+        from torch._inductor.async_compile import maybe_warm_pool
+
+        maybe_warm_pool()
+    except Exception:  # noqa: BLE001 - an optimization only; Inductor starts the pool itself later
+        pass
 
 
 def _pack(gm, example_inputs, report, gradients=True):
