@@ -426,9 +426,42 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
 
     phases.append("lower")
     out = lower(tr, view, ex.choice, ir)
+    if not chosen.destructive and _dearer_than_input(out, report, cost_model, level, example_inputs, translate_fn):
+        out = gm
     report.times["lower"] = time.perf_counter() - t3
     cpu["lower"] = time.process_time() - c3
     return out
+
+
+def _dearer_than_input(out: GraphModule, report: Report, cost_model, level: str, example_inputs,
+                       translate_fn) -> bool:
+    """Whether a search that keeps the input graph in its e-graph (eqsat, taso, tensat) found a plan that
+    its own cost model prices above that input graph; then the report is made the input's (no pattern
+    fired, every node kept, ``cost_after = cost_before``, one note) and the caller keeps the input.
+
+    Why: extraction prices the fusion credit per e-class (an e-node's chain is fused only if every e-node
+    of its input's class would fuse), so merged classes can make the input plan look dearer to extraction
+    than :func:`optimus_eq.extract.input_cost` prices it, and extraction can pick a plan dearer than the
+    input (tests/test_breaker_1203b.py, up to +89% under ``amortized(1)``). Only when ``report.cost_after``
+    exceeds ``report.cost_before`` (rare: never on the bench models; 12 of 120 GEMM fuzz runs, 2 of 400
+    others) is the lowered plan translated again and priced by the input's own method, term by term; it is
+    kept unless that price is above the input's too, and ``report.cost_after`` becomes that price."""
+    before, after = report.cost_before, report.cost_after
+    if before is None or after is None or not after > before:
+        return False
+    plan = translate_fn(out)
+    gradients = gradient_info(plan, level) if getattr(cost_model, "training", False) else None
+    price = input_cost(plan.rows, [plan.node_id[n] for n in dict.fromkeys(plan.roots)], plan.opaque_keys,
+                       cost_model, gradients, op_kinds(plan.recipes), packable_leaves(plan, example_inputs, cost_model))
+    if not price > before:
+        report.cost_after = price  # the plan as lowered, priced like the input: no dearer
+        return False
+    report.notes.append(f"kept the input graph: the extracted plan costs {price:.1f} us by the cost model, the input "
+                        f"{before:.1f} us (extraction priced the plan {after:.1f} us)")
+    report.patterns_fired.clear()
+    report.node_fates = dict.fromkeys(report.node_fates, "kept")
+    report.cost_after = before
+    return True
 
 
 def _run_segments(gm, segments, strategy, patterns, limits, extractor, cost_model, ilp_seconds, ilp_max_nodes,

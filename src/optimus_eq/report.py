@@ -39,7 +39,10 @@ class Report:
         cost_before: the cost model's estimate (microseconds) of the input graph: the plan that keeps
             every original term, each paid once (two FX nodes computing one value are paid twice, as the
             input graph computes both). None for ``"none"``.
-        cost_after: the cost model's estimate (microseconds) of the extracted plan (DAG cost).
+        cost_after: the cost model's estimate (microseconds) of the extracted plan (DAG cost). For eqsat, taso
+            and tensat never above ``cost_before``: where extraction prices its plan above the input, the
+            lowered plan is priced again as ``cost_before`` is, and the input graph is returned if it is still
+            dearer (a note says so; ``optimus_eq.api._dearer_than_input``).
         times: seconds per phase: ``translate``, ``search``, ``extract``, ``lower``, ``total``. ``extract``
             is every read and extraction of the e-graph, the horizontal rounds' plans included (they run
             inside the search; ``search`` is the rest of it: rules, group analysis, insertion);
