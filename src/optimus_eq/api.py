@@ -426,7 +426,7 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
 
     phases.append("lower")
     out = lower(tr, view, ex.choice, ir)
-    if not chosen.destructive and _dearer_than_input(out, report, cost_model, level, example_inputs, translate_fn):
+    if chosen.by_cost and _dearer_than_input(out, report, cost_model, level, example_inputs, translate_fn):
         out = gm
     report.times["lower"] = time.perf_counter() - t3
     cpu["lower"] = time.process_time() - c3
@@ -453,11 +453,12 @@ def _dearer_than_input(out: GraphModule, report: Report, cost_model, level: str,
     gradients = gradient_info(plan, level) if getattr(cost_model, "training", False) else None
     price = input_cost(plan.rows, [plan.node_id[n] for n in dict.fromkeys(plan.roots)], plan.opaque_keys,
                        cost_model, gradients, op_kinds(plan.recipes), packable_leaves(plan, example_inputs, cost_model))
-    if not price > before:
-        report.cost_after = price  # the plan as lowered, priced like the input: no dearer
+    if not price > before + 1e-9 * max(1.0, abs(before)):  # dearer only beyond rounding (sums in another order)
+        report.cost_after = min(price, before)  # the plan as lowered, priced like the input: no dearer
         return False
-    report.notes.append(f"kept the input graph: the extracted plan costs {price:.1f} us by the cost model, the input "
-                        f"{before:.1f} us (extraction priced the plan {after:.1f} us)")
+    report.notes.append(f"kept the input graph: the extracted plan costs {price:.1f} us by the cost model, "
+                        f"{price - before:.6g} us more than the input ({before:.1f} us; extraction priced the plan "
+                        f"{after:.1f} us)")
     report.patterns_fired.clear()
     report.node_fates = dict.fromkeys(report.node_fates, "kept")
     report.cost_after = before
@@ -520,5 +521,5 @@ def _merge_report(report: Report, sub: Report, index: int, largest: bool) -> Non
     report.kept_reasons.update(sub.kept_reasons)
     report.node_fates.update(sub.node_fates)
     report.limits.extend(f"segment {index}: {what}" for what in sub.limits)
-    report.notes.extend(sub.notes)
+    report.notes.extend(f"segment {index}: {what}" for what in sub.notes)  # which segment kept its input
     report.cost_model, report.training = report.cost_model or sub.cost_model, report.training or sub.training
