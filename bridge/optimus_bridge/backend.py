@@ -176,9 +176,9 @@ def _start_compile_workers(example_inputs=(), patches: dict | None = None) -> No
     setting (breaker 1203c)."""
     import torch
 
-    if not any(isinstance(a, torch.Tensor) and a.device.type in TRITON_DEVICES for a in example_inputs):
-        return
     try:
+        if not any(isinstance(a, torch.Tensor) and a.device.type in TRITON_DEVICES for a in example_inputs):
+            return
         from torch._inductor import config
         from torch._inductor.async_compile import maybe_warm_pool
 
