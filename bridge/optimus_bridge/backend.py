@@ -173,7 +173,9 @@ def _start_compile_workers(example_inputs=(), patches: dict | None = None) -> No
     Not for a graph on the CPU (its kernels never use the pool; with Triton installed, a CUDA build on a CPU
     graph, it started a sidecar process of ~300 MB and its workers that plain ``torch.compile`` never starts),
     and not outside the patches: ``inductor_config={"compile_threads": 1}`` started the pool with the global
-    setting (breaker 1203c)."""
+    setting (breaker 1203c). ``torch.compile(model)`` itself (``_TorchCompileInductorWrapper``, torch 2.13) does
+    not call ``maybe_warm_pool``: only the registered ``inductor`` function does (``torch._dynamo.optimize``,
+    ``lookup_backend``); its ``compile_fx`` wakes the pool at its start, for CUDA/XPU inputs."""
     import torch
 
     try:
