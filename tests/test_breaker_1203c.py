@@ -1,9 +1,12 @@
 """Breaker 1203c (session 18, brk18): the two changes of 2026-12-03.
 
 1. ``api._dearer_than_input``: a plan that extraction prices above the input graph is priced again as the
-   input is, and the input graph is kept if it is still dearer. Differential runs (tests/fuzzing.py seeds
-   0-400, tests/fuzzing_gemm.py seeds 0-120, four and five cost models, eqsat; GEMM seeds 0-120 with taso and
-   tensat) found no wrong value, gradient, stride or alias, and no re-translation that raised. What broke:
+   input is, and the input graph is kept if it is still dearer. Differential runs against eager
+   (tests/fuzzing.py seeds 0-400 under launch, amortized(1), CUDA-graph and forward-only models, seeds 0-200
+   with grad regions forced; tests/fuzzing_gemm.py seeds 0-120 under five models, again forced dynamic and
+   forced post-grad; taso and tensat on both) found no wrong value, gradient, stride, alias or requires_grad,
+   and no second translation that raised (forced on the dlrm, launch_bound and dhen bench graphs, pre- and
+   post-grad). What broke:
    a plan priced as the input but for float rounding gave way to the input (its note read "costs 535.9 us,
    the input 535.9 us"); taso, which the report's documentation covers, was never guarded (its steps are
    destructive), so its ``cost_after`` could exceed ``cost_before``; the segments' notes did not say which
