@@ -12,6 +12,7 @@ import torch._inductor.async_compile
 import torch._inductor.compile_fx
 
 import optimus_eq
+from optimus_bridge import backend as backend_module
 from optimus_eq import api
 from conftest import rand
 
@@ -39,6 +40,7 @@ def _run(monkeypatch, backend, warm=None):
         return gm.forward
 
     monkeypatch.setattr(torch._inductor.async_compile, "maybe_warm_pool", warm or (lambda: calls.append("pool")))
+    monkeypatch.setattr(backend_module, "TRITON_DEVICES", ("cpu",))  # the graph here is on the CPU
     monkeypatch.setattr(api, "optimize", spy_optimize)
     monkeypatch.setattr(torch._inductor.compile_fx, "compile_fx", spy_compile_fx)
     torch._dynamo.reset()

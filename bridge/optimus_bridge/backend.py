@@ -97,9 +97,9 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
     _inductor_patches(mode, base_patches)  # an unknown mode fails here, not inside Dynamo
 
     def optimus_eq_backend(gm, example_inputs, mode: str | None = None, options: dict | None = None):
-        if compile:
-            _start_compile_workers()  # they start while the optimizer runs, as Inductor's own backend starts them
         patches = _inductor_patches(mode or default_mode, {**base_patches, **(options or {})})
+        if compile:  # they start while the optimizer runs, as Inductor's own backend starts them
+            _start_compile_workers(example_inputs, patches)
         if pre_grad:
             call_options = optimize_options
             if "cost_model" not in optimize_options:
@@ -150,9 +150,17 @@ def backend(strategy: str = "eqsat", compile: bool = True, inductor_config: dict
     return optimus_eq_backend
 
 
-def _start_compile_workers() -> None:
+#: the devices whose kernels Inductor compiles with Triton, in its pool of compile workers (``compile_fx`` wakes
+#: the pool only for inputs on these; a CPU graph's C++ kernels compile in a thread pool)
+TRITON_DEVICES = ("cuda", "xpu")
+
+
+def _start_compile_workers(example_inputs=(), patches: dict | None = None) -> None:
     """Start Inductor's pool of Triton compile workers now, if it is not running (Inductor's
-    ``maybe_warm_pool``, which honours ``TORCH_WARM_POOL=0`` and ``compile_threads``; a no-op without Triton).
+    ``maybe_warm_pool``, which honours ``TORCH_WARM_POOL=0`` and ``compile_threads``; a no-op without Triton),
+    when a tensor of ``example_inputs`` is on a device of :data:`TRITON_DEVICES`, under the compile's Inductor
+    config ``patches`` (``compile_threads``, ``worker_start_method`` from ``inductor_config``, ``mode`` or
+    ``torch.compile(options=...)``), as ``compile_fx`` wakes the pool.
 
     Why: Inductor compiles a kernel in a worker only once the pool has answered its first job; until then
     each kernel compiles in the calling process, one at a time. Dynamo's registered ``inductor`` backend
@@ -160,11 +168,24 @@ def _start_compile_workers() -> None:
     without this, started it only at its first kernel, later than Inductor's backend does. Started here, it
     starts while our optimizer runs. On the H200 (bench/results/h200_2026-12-03c, a fresh process per first
     call, no warm-up compile) the first call did not change beyond the host's noise. Any failure (a private
-    API that moved, a process that may not start workers) is ignored: Inductor starts the pool later itself."""
+    API that moved, a process that may not start workers) is ignored: Inductor starts the pool later itself.
+
+    Not for a graph on the CPU (its kernels never use the pool; with Triton installed, a CUDA build on a CPU
+    graph, it started a sidecar process of ~300 MB and its workers that plain ``torch.compile`` never starts),
+    and not outside the patches: ``inductor_config={"compile_threads": 1}`` started the pool with the global
+    setting (breaker 1203c). ``torch.compile(model)`` itself (``_TorchCompileInductorWrapper``, torch 2.13) does
+    not call ``maybe_warm_pool``: only the registered ``inductor`` function does (``torch._dynamo.optimize``,
+    ``lookup_backend``); its ``compile_fx`` wakes the pool at its start, for CUDA/XPU inputs."""
+    import torch
+
     try:
+        if not any(isinstance(a, torch.Tensor) and a.device.type in TRITON_DEVICES for a in example_inputs):
+            return
+        from torch._inductor import config
         from torch._inductor.async_compile import maybe_warm_pool
 
-        maybe_warm_pool()
+        with config.patch(patches or {}):
+            maybe_warm_pool()
     except Exception:  # noqa: BLE001 - an optimization only; Inductor starts the pool itself later
         pass
 

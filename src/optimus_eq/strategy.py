@@ -28,6 +28,10 @@ class Strategy:
         extractor: the extractor it names, used when the caller leaves ``extractor="auto"`` (None: auto).
         needs_objective: ``search`` ranks graphs with ``objective(egraph) -> (cost, fingerprint)``, which
             ``optimize`` builds from the translation and the cost model.
+        by_cost: it picks its plan by the cost model (eqsat, taso, tensat; greedy applies every rewrite, as
+            Optimus does): a plan the model prices above the input graph gives way to the input
+            (``api._dearer_than_input``). Not ``not destructive``: taso's steps are destructive, and its search
+            keeps the cheapest graph it saw, the input among them.
     """
 
     name: str
@@ -36,15 +40,17 @@ class Strategy:
     options: tuple[str, ...] = ()
     extractor: str | None = None
     needs_objective: bool = False
+    by_cost: bool = False
 
 
 #: name -> Strategy, in the order ``optimus_eq.STRATEGIES`` lists them.
 TABLE: dict[str, Strategy] = {s.name: s for s in (
     Strategy("none", None),
     Strategy("greedy", optimus_greedy.search, destructive=optimus_greedy.SUBSUME),
-    Strategy("eqsat", saturate.search, destructive=saturate.SUBSUME),
-    Strategy("taso", taso.search, destructive=taso.SUBSUME, options=("alpha",), needs_objective=True),
-    Strategy("tensat", tensat.search, destructive=tensat.SUBSUME, options=("k_multi",), extractor=tensat.EXTRACTOR),
+    Strategy("eqsat", saturate.search, destructive=saturate.SUBSUME, by_cost=True),
+    Strategy("taso", taso.search, destructive=taso.SUBSUME, options=("alpha",), needs_objective=True, by_cost=True),
+    Strategy("tensat", tensat.search, destructive=tensat.SUBSUME, options=("k_multi",), extractor=tensat.EXTRACTOR,
+             by_cost=True),
 )}
 
 
