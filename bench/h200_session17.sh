@@ -6,7 +6,7 @@
 #   OUT=$OUT bash bench/h200_session17.sh cause    # plan or process? greedy, eqsat, eqsat without batch_gemm_lhs
 #                                                  # and the built-in passes, 5 fresh processes each, about 7 min
 #   OUT=$OUT bash bench/h200_session17.sh gc       # greedy, eqsat without batch_gemm_lhs, eqsat: 3 x 3, GC pauses
-#   OUT=$OUT bash bench/h200_session17.sh amort    # next: the opt-in compile term on the H200 (eqsat-amortized1000):
+#   OUT=$OUT bash bench/h200_session17.sh amort    # the opt-in compile term on the H200 (eqsat-amortized1000):
 #                                                  # Wukong training first calls, 4 strategies x 4, about 8 min
 #   OUT=$OUT bash bench/h200_session17.sh amort_ms # and its ms per step beside eqsat's and the built-in passes'
 #                                                  # (3 side-by-side rounds, plain and CUDA graphs), about 5 min
@@ -15,6 +15,8 @@
 #                                                  # names and the extern calls of the output code, ~2 min
 #   OUT=$OUT bash bench/h200_session17.sh state    # the same greedy compile after greedy / eqsat / a HiGHS solve in
 #                                                  # the process (bench/compile_state.py), 4 x 3 processes, ~5 min
+#
+# amort, amort_ms and kernels ran in session 18 (bench/results/h200_2026-12-03c).
 #
 # Each process is one `optimus-eq bench` cell (as compile_time.py runs it: empty Inductor/Triton cache of its
 # own) under cProfile; sched_<strategy>.txt lists the Inductor functions under Scheduler.__init__ and the
