@@ -32,7 +32,6 @@ import fuzzing_gemm
 import optimus_eq
 from conftest import check, rand
 from optimus_bridge import backend as backend_module
-from optimus_eq import api
 from optimus_eq.cost import GPUCostModel
 
 KEPT = "kept the input graph"
