@@ -505,3 +505,15 @@ def test_amortized_strategy_keeps_its_compile_term_on_calibrated_constants(monke
     (strat,) = strategies.resolve(["eqsat-amortized100"])
     strat.compile(torch.nn.Linear(2, 2), {"cost_model": calibrated})
     assert seen[-1]["cost_model"] == calibrated.amortized(100)
+
+
+@pytest.mark.parametrize("flag, warmed", [([], True), (["--no-warm-up"], False)])
+def test_bench_no_warm_up_reaches_the_runner(monkeypatch, tmp_path, flag, warmed):
+    """``optimus-eq bench --no-warm-up`` (and ``compile_time.py --no-warm-up``, which passes it on) times a user's
+    fresh-process first call: the runner is asked for no warm-up compile."""
+    from optimus_eq import cli
+
+    seen = {}
+    monkeypatch.setattr(runner, "run_matrix", lambda *a, **kw: seen.update(kw) or {"cells": []})
+    assert cli.main(["bench", "--models", "wukong", "--strategies", "eager", "--out", str(tmp_path), *flag]) == 0
+    assert seen["warm_up"] is warmed

@@ -107,7 +107,7 @@ def test_a_short_horizon_never_returns_a_plan_dearer_than_the_input_by_its_own_m
     narrow(sigmoid(cat-GEMM)) into sigmoid(x @ a)'s class, `* 2` lost its credit in every plan, the input plan
     was priced a kernel dearer than ``input_cost`` prices it, and eqsat picked the batch_gemm_lhs plan (a cat
     kernel more) that its own model prices 400k -> 600k us under amortized(1). Now such a plan is priced again
-    as the input is, and the input graph is kept (api._dearer_than_input)."""
+    as the input is, and the input graph is kept (plan_check.dearer_than_input)."""
     model = GPUCostModel(training=False).amortized(1)
     ins = [rand(1, 6, seed=1), rand(6, 2, seed=2), rand(6, 2, seed=3)]
     r = check(_two_gemms_one_lhs, ins, "eqsat", cost_model=model).report

@@ -1,6 +1,6 @@
 """Breaker 1203c (session 18, brk18): the two changes of 2026-12-03.
 
-1. ``api._dearer_than_input``: a plan that extraction prices above the input graph is priced again as the
+1. ``plan_check.dearer_than_input``: a plan that extraction prices above the input graph is priced again as the
    input is, and the input graph is kept if it is still dearer. Differential runs against eager
    (tests/fuzzing.py seeds 0-400 under launch, amortized(1), CUDA-graph and forward-only models, seeds 0-200
    with grad regions forced; tests/fuzzing_gemm.py seeds 0-120 under five models, again forced dynamic and
@@ -30,7 +30,7 @@ import torch._inductor.compile_fx
 import fuzzing
 import fuzzing_gemm
 import optimus_eq
-from conftest import check, rand
+from conftest import check, dynamo_graph, rand
 from optimus_bridge import backend as backend_module
 from optimus_eq.cost import GPUCostModel
 
@@ -40,16 +40,7 @@ KEPT = "kept the input graph"
 def _capture(program):
     """Dynamo's graph of a generated program and its example inputs."""
     fn, make_inputs = program.compile()
-    graphs = []
-
-    def capture(gm, example_inputs):
-        graphs.append((gm, example_inputs))
-        return gm
-
-    args, _ = make_inputs()
-    torch._dynamo.reset()
-    torch.compile(fn, backend=capture, dynamic=program.dynamic, fullgraph=True)(*args)
-    return graphs[0]
+    return dynamo_graph(fn, *make_inputs()[0], dynamic=program.dynamic)
 
 
 def _optimize(gm, example_inputs, strategy, **options):

@@ -437,7 +437,7 @@ def test_min_and_max_fuse_set_size(strategy):
     assert r.rule_matches["batch_tanh"] == 2  # two groups of two, none larger
     # greedy applies both; eqsat keeps the input: two pairs are the input's four kernels (each pair a stack
     # copy and a tanh kernel; the kernel predictor agrees) plus the stacks' bytes, a plan the cost model
-    # prices above the input (before api._dearer_than_input, extraction's per-class credit picked it)
+    # prices above the input (before plan_check.dearer_than_input, extraction's per-class credit picked it)
     assert r.ops_after["tanh"] == (2 if strategy == "greedy" else 4)
 
 

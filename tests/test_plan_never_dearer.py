@@ -4,7 +4,7 @@ Extraction prices the fusion credit per e-class, so on some graphs it priced the
 ``input_cost`` does and picked a plan dearer than the input (GEMM fuzz seeds 7, 17, 28, 29, 33, 46, 51,
 53 of 0-59; up to +89% under ``amortized(1)``), or reported a plan as dearer that is not (fuzz seeds 12, 138,
 147, 185, 196). The lowered plan is now priced again as the input is; a plan still dearer gives way to the
-input graph (``api._dearer_than_input``). Checked here by the report, by eager (values, gradients) and, for a
+input graph (``plan_check.dearer_than_input``). Checked here by the report, by eager (values, gradients) and, for a
 plan kept, by what Inductor would emit (the kernel predictor, CUDA rules)."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from __future__ import annotations
 import warnings
 
 import pytest
-import torch
 
 import fuzzing
 import fuzzing_gemm
 import optimus_eq
+from conftest import dynamo_graph
 from optimus_bridge.inductor_kernels import predict_module
 from optimus_eq.cost import GPUCostModel
 
@@ -37,16 +37,7 @@ def test_gemm_programs_get_no_plan_dearer_than_their_input(seed, model):
 
 def _capture(program):
     fn, make_inputs = program.compile()
-    graphs = []
-
-    def backend(gm, example_inputs):
-        graphs.append((gm, example_inputs))
-        return gm
-
-    args, _ = make_inputs()
-    torch._dynamo.reset()
-    torch.compile(fn, backend=backend, dynamic=program.dynamic, fullgraph=True)(*args)
-    return graphs[0], make_inputs
+    return dynamo_graph(fn, *make_inputs()[0], dynamic=program.dynamic), make_inputs
 
 
 @pytest.mark.parametrize("model", list(MODELS))

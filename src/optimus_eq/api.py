@@ -16,6 +16,7 @@ from optimus_bridge.grad_facts import facts as grad_facts, gradient_info
 from optimus_bridge.graph_meta import _check_example_inputs, _ensure_meta, ir_level  # noqa: F401 (ir_level: public here)
 from optimus_bridge import regions
 from optimus_bridge.lower import lower
+from optimus_bridge.plan_check import dearer_than_input
 from optimus_bridge.provenance import kept_ops, kept_reasons, node_fates, rewritten_classes
 from optimus_bridge.translate import translate
 from optimus_bridge.vocab import op_kind
@@ -426,48 +427,11 @@ def _run(gm, example_inputs, strategy, patterns, limits, extractor, cost_model, 
 
     phases.append("lower")
     out = lower(tr, view, ex.choice, ir)
-    if chosen.by_cost and _dearer_than_input(out, report, cost_model, level, example_inputs, translate_fn):
+    if chosen.by_cost and dearer_than_input(out, report, cost_model, level, example_inputs, translate_fn):
         out = gm
     report.times["lower"] = time.perf_counter() - t3
     cpu["lower"] = time.process_time() - c3
     return out
-
-
-def _dearer_than_input(out: GraphModule, report: Report, cost_model, level: str, example_inputs,
-                       translate_fn) -> bool:
-    """Whether a search that picks its plan by the cost model (eqsat, taso, tensat: ``Strategy.by_cost``)
-    found a plan that its own cost model prices above the input graph; then the report is made the input's
-    (no pattern fired, every node kept, ``cost_after = cost_before``, one note) and the caller keeps the input.
-
-    Why: extraction prices the fusion credit per e-class (an e-node's chain is fused only if every e-node
-    of its input's class would fuse), so merged classes can make the input plan look dearer to extraction
-    than :func:`optimus_eq.extract.input_cost` prices it, and extraction can pick a plan dearer than the
-    input (tests/test_breaker_1203b.py, up to +89% under ``amortized(1)``). Only when ``report.cost_after``
-    exceeds ``report.cost_before`` is the lowered plan translated again and priced by the input's own method,
-    term by term; it is kept unless that price is above the input's by more than rounding (1e-9 relative:
-    the same plan summed in another order was "dearer", and gave way to the input), and ``report.cost_after``
-    becomes that price (at most ``cost_before``). Measured (breaker 1203c, eqsat): on fuzz seeds 0-400, 22-39
-    runs of 401 per cost model get here, 11-12 by more than rounding, 1 (seed 144) keeps its input; on GEMM
-    fuzz seeds 0-120, 24-37 of 121, 10-20 and 5-15 (most under ``amortized(1)``); never on the bench models.
-    The second translation never raised there (it is the translation of an optimized graph optimized again);
-    if it did, ``optimize`` would fall back to the input graph with a warning."""
-    before, after = report.cost_before, report.cost_after
-    if before is None or after is None or not after > before:
-        return False
-    plan = translate_fn(out)
-    gradients = gradient_info(plan, level) if getattr(cost_model, "training", False) else None
-    price = input_cost(plan.rows, [plan.node_id[n] for n in dict.fromkeys(plan.roots)], plan.opaque_keys,
-                       cost_model, gradients, op_kinds(plan.recipes), packable_leaves(plan, example_inputs, cost_model))
-    if not price > before + 1e-9 * max(1.0, abs(before)):  # dearer only beyond rounding (sums in another order)
-        report.cost_after = min(price, before)  # the plan as lowered, priced like the input: no dearer
-        return False
-    report.notes.append(f"kept the input graph: the extracted plan costs {price:.1f} us by the cost model, "
-                        f"{price - before:.6g} us more than the input ({before:.1f} us; extraction priced the plan "
-                        f"{after:.1f} us)")
-    report.patterns_fired.clear()
-    report.node_fates = dict.fromkeys(report.node_fates, "kept")
-    report.cost_after = before
-    return True
 
 
 def _run_segments(gm, segments, strategy, patterns, limits, extractor, cost_model, ilp_seconds, ilp_max_nodes,

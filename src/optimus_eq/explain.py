@@ -306,7 +306,7 @@ def to_text(ex: Explanation) -> str:
             out.append(f"== {s}, {e.run.name} ({ex.level}): FX nodes {r.nodes_before} -> {r.nodes_after}, "
                        f"junk {r.junk_counts()[0]} -> {r.junk_counts()[1]}"
                        + (f", FELL BACK: {r.fallback}" if r.fallback else ""))
-            # the plan extraction chose, dropped for the input graph (api._dearer_than_input): every op kept
+            # the plan extraction chose, dropped for the input graph (plan_check.dearer_than_input): every op kept
             out.extend(f"  {note}" for note in r.notes if "kept the input graph" in note)
             for pattern, names in sorted(e.credits.items()):
                 out.append(f"  {pattern} rewrote {len(names)} op(s):")

@@ -42,7 +42,7 @@ class Report:
         cost_after: the cost model's estimate (microseconds) of the extracted plan (DAG cost). For eqsat, taso
             and tensat never above ``cost_before``: where extraction prices its plan above the input, the
             lowered plan is priced again as ``cost_before`` is, and the input graph is returned if it is still
-            dearer (a note says so; ``optimus_eq.api._dearer_than_input``).
+            dearer (a note says so; ``optimus_bridge.plan_check.dearer_than_input``).
         times: seconds per phase: ``translate``, ``search``, ``extract``, ``lower``, ``total``. ``extract``
             is every read and extraction of the e-graph, the horizontal rounds' plans included (they run
             inside the search; ``search`` is the rest of it: rules, group analysis, insertion);

@@ -30,7 +30,7 @@ class Strategy:
             ``optimize`` builds from the translation and the cost model.
         by_cost: it picks its plan by the cost model (eqsat, taso, tensat; greedy applies every rewrite, as
             Optimus does): a plan the model prices above the input graph gives way to the input
-            (``api._dearer_than_input``). Not ``not destructive``: taso's steps are destructive, and its search
+            (``plan_check.dearer_than_input``). Not ``not destructive``: taso's steps are destructive, and its search
             keeps the cheapest graph it saw, the input among them.
     """
 
