@@ -19,6 +19,9 @@ _INPLACE_OPERATORS = frozenset(
 )
 
 
+#: Tensor methods that write into ``self`` when called by name (``x.__iadd__(y)``, ``x.__setitem__(i, v)``)
+_INPLACE_DUNDERS = frozenset(f"__{op.__name__.strip('_')}__" for op in _INPLACE_OPERATORS)
+
 _GLOBAL_STATE_NAMES = frozenset(
     ["_set_grad_enabled", "set_grad_enabled", "_enter_autocast", "_exit_autocast", "_set_autocast_enabled",
      "set_autocast_enabled", "_enter_inference_mode", "_exit_inference_mode", "_set_deterministic_algorithms"]
@@ -121,7 +124,7 @@ def is_mutation(node: Node, gm: torch.fx.GraphModule | None = None) -> bool:
             return True
     if node.op == "call_method":
         name = node.target
-        return name.endswith("_") and not name.startswith("__")
+        return (name.endswith("_") and not name.startswith("__")) or name in _INPLACE_DUNDERS
     if node.op == "call_function":
         if node.target in _INPLACE_OPERATORS:
             return True

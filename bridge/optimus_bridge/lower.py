@@ -51,8 +51,13 @@ class Lowerer:
         self.env: dict[Node, Node] = {}
         self.cval: dict[str, Node] = {}
         self.kept = set(t.kept)
-        self._kept_pos = {n: i for i, n in enumerate(t.kept)}
-        self._last_kept = -1
+        self._order = t.kept_order
+        self._last_ordered = -1   # index of the last ordered kept node emitted (KeptOrder.epoch)
+        self._pure_left: dict = {}  # epoch -> pure kept nodes of that epoch not emitted yet
+        for n in t.kept:
+            if n not in self._order.ordered:
+                e = self._order.epoch[n]
+                self._pure_left[e] = self._pure_left.get(e, 0) + 1
         self.splits: dict[str, SplitGroup] = {}
         self.op_key: dict[Node, int] = {}  # emitted pure-op node -> its op key (gradient check)
         self._size_nodes: dict = {}  # sympy expression -> its emitted value (symbolic sizes)
@@ -76,10 +81,7 @@ class Lowerer:
             return self.env[n]
         for a in n.all_input_nodes:
             self.value_of_node(a)
-        pos = self._kept_pos[n]
-        if pos < self._last_kept:
-            raise LoweringError(f"kept node {n.name} would move before an earlier kept node")
-        self._last_kept = pos
+        self._check_kept_order(n)
         respell = None if INSIDE_INDUCTOR.get() else self.level.grad_mode_blind.get(n.target)
         if respell is not None and any(_views_an_input(self.value_of_node(a)) for a in n.all_input_nodes):
             args, kwargs = torch.fx.node.map_arg((n.args, n.kwargs), self.value_of_node)
@@ -90,6 +92,24 @@ class Lowerer:
         new = self.graph.node_copy(n, lambda a: self.value_of_node(a))
         self.env[n] = new
         return new
+
+    def _check_kept_order(self, n: Node) -> None:
+        """Emitting kept node ``n`` now keeps the order of :class:`optimus_bridge.kept_order.KeptOrder`: an ordered
+        node comes right after the previous ordered one and after every pure kept node before it; a pure one
+        after the ordered node before it and before the one after it.
+
+        Raises:
+            LoweringError: when the plan would move ``n`` across an ordered kept node.
+        """
+        e = self._order.epoch[n]
+        if n in self._order.ordered:
+            if e != self._last_ordered + 1 or any(self._pure_left.get(i, 0) for i in range(self._last_ordered, e)):
+                raise LoweringError(f"kept node {n.name} would move before an earlier kept node")
+            self._last_ordered = e
+        else:
+            if e != self._last_ordered:
+                raise LoweringError(f"kept node {n.name} would move across a kept node with an effect")
+            self._pure_left[e] -= 1
 
     # -- e-classes -------------------------------------------------------------------------------
     def _list(self, cls: str) -> list[str]:

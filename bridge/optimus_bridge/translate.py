@@ -43,6 +43,7 @@ from optimus_bridge import vocab
 from optimus_bridge.aliasing import (eager_output_meta, eager_storage_map, frozen_nodes, hooked_nodes, layout_reader_nodes,
                                      output_alias_nodes, storage_id)
 from optimus_bridge.fx_meta import Unsupported, is_static_tensor, meta_val
+from optimus_bridge.kept_order import kept_epochs
 from optimus_bridge.normalize import Normalization
 from optimus_bridge.translation import RowWriter, Translation
 from optimus_eq.recipe import Slot, SymSize
@@ -126,6 +127,7 @@ class Translator(Normalization, RowWriter):
         # change stays before it): they must be extracted, even where their readers after the region were
         # rewritten not to need them (relu pieces of a split whose cat after an autocast region folded)
         t.roots.extend(n for live in t.barriers.values() for n in live if n in t.node_id)
+        t.kept_order = kept_epochs(t.kept, t.frozen)
         return t
 
     def _no_grad_views(self) -> set[Node]:

@@ -15,6 +15,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from optimus_bridge.fx_meta import Unsupported, is_buildable, meta_val, sym_expr
+from optimus_bridge.kept_order import KeptOrder
 from optimus_eq.recipe import Recipe
 from optimus_eq.symbolic import SizeTable
 from optimus_eq.terms import MAX_RANK  # longest shape the rows can carry; longer ones stay opaque
@@ -38,6 +39,8 @@ class Translation:
         frozen: nodes left opaque because of in-place mutation or a global-state region.
         barriers: first global-state change -> term nodes computed before it and used after it.
         symbolic: nodes left opaque because of symbolic sizes.
+        kept_order: which kept nodes keep their original relative order, and between which of those every
+            other kept node stays (:class:`optimus_bridge.kept_order.KeptOrder`; set at the end of translation).
         sizes: the tokens of symbolic sizes (:class:`optimus_eq.symbolic.SizeTable`: token <-> sympy
             expression).
         size_sources: free symbol -> where lowering reads it: ``("node", placeholder)`` for a SymInt input,
@@ -65,6 +68,7 @@ class Translation:
     frozen: set[Node] = field(default_factory=set)
     barriers: dict[Node, list[Node]] = field(default_factory=dict)
     symbolic: int = 0
+    kept_order: KeptOrder = field(default_factory=KeptOrder)
     types: dict[int, tuple] = field(default_factory=dict)
     visible_outputs: frozenset | None = None
     internal_outputs: frozenset = frozenset()

@@ -159,7 +159,12 @@ class PlanGraph(PlanAlternatives, PlanOrder):
             if v not in succ[u]:
                 succ[u][v] = pred[v][u] = {}
 
-        prev = None
+        # ordered kept nodes (effects) form a chain; every other kept node goes after the ordered node before
+        # it and before the ordered node after it (``tr.kept_order``): pure kept nodes between two effects
+        # commute, so no edge joins them
+        ordered = tr.kept_order.ordered
+        prev = None      # the last ordered node's class
+        between = []     # pure kept nodes' classes since it
         for i, n in enumerate(tr.kept):
             c = cls_of(n)
             if c is None or c not in succ:
@@ -176,7 +181,13 @@ class PlanGraph(PlanAlternatives, PlanOrder):
                     add_edge(lc, c)
             if prev is not None and prev != c:
                 add_edge(prev, c)
-            prev = c
+            if n in ordered:
+                for b in between:
+                    if b != c:
+                        add_edge(b, c)
+                prev, between = c, []
+            else:
+                between.append(c)
         nx._clear_cache(g)
 
     # -- members -------------------------------------------------------------------------------------
@@ -406,58 +417,26 @@ class PlanGraph(PlanAlternatives, PlanOrder):
             return False
 
         roots = [c for c in reversed(self._seq) if c in near and (single or joins(c))]
+        roots.reverse()  # a stack: the last root in graph order is searched first
         # per node, its inputs that are viable matches, with their keys: the last level of a search needs
         # only these (its other nodes are neither collected nor searched past)
         last_inputs: dict = {}
-        for root in roots:
+        while roots:
+            root = roots.pop()
             if root in fused:
                 # a member of a group fused in this round reads its fused op, which reads every member's
                 # inputs: upstream erases it with its group, and searching from it would walk them all
                 continue
-            # breadth-first over inputs, level by level, up to ``depth`` hops; an op with a group key is a
-            # match (collected when its key is viable) and the search does not go past it
-            found: dict = {}
-            seen = {root}
-            level = [p for p in pred[root]]
-            seen.update(level)
-            d = 1
-            while level:
-                nxt = []
-                tail = []  # the last level's matches, (key, node), collected after this level's
-                go_on = depth is None or d < depth
-                last = depth is not None and d + 1 == depth  # the inputs found now end the search
-                for c in level:
-                    if c in skip:
-                        continue
-                    k = keys.get(c)
-                    if k is not None:
-                        if k in viable:
-                            found.setdefault(k, []).append(c)
-                    elif last:
-                        # what the next (last) level would do with c's inputs, in the same order: collect
-                        # the unseen viable matches that are not fused; the rest only fills ``seen``, which
-                        # no later level reads
-                        ins = last_inputs.get(c)
-                        if ins is None:
-                            ins = last_inputs[c] = [(keys[p], p) for p in pred[c] if keys.get(p) in viable]
-                        for kp, p in ins:
-                            if p not in seen:
-                                seen.add(p)
-                                if p not in skip:
-                                    tail.append((kp, p))
-                    elif go_on:
-                        for p in pred[c]:
-                            if p not in seen:
-                                seen.add(p)
-                                nxt.append(p)
-                for kp, p in tail:
-                    found.setdefault(kp, []).append(p)
-                level = nxt
-                d += 1
+            made_before = self._fresh
+            found = self._search(root, keys, viable, skip, depth, last_inputs)
             for k, cands in found.items():
                 if len(cands) < lo or (self.alternatives and lo > 1 and not self.worth_adding(cands)):
                     continue
                 yield from self._independent_subsets(cands, options, fused, made)
+            # the fused ops the caller recorded for these groups are search roots next, as upstream's walk
+            # visits the batched node it inserted before its group: it reads every member's inputs, so the
+            # layer below a fused layer (a tower's previous Linear, through its activation) is found there
+            roots.extend(("fused", i) for i in range(self._fresh - 1, made_before - 1, -1))
         if shared_input:
             # the key names the one input all members read (the linears of one input): its members are found by
             # that input, wherever their users join. The search over inputs stops at every match, so
@@ -472,3 +451,50 @@ class PlanGraph(PlanAlternatives, PlanOrder):
             for cands in by_key.values():
                 if len(cands) >= lo and not (self.alternatives and lo > 1 and not self.worth_adding(cands)):
                     yield from self._independent_subsets(cands, options, fused, made)
+
+    def _search(self, root, keys: dict, viable: set, skip, depth, last_inputs: dict) -> dict:
+        """Optimus' candidate search from one root (upstream ``get_fusion_candidates``): breadth-first over
+        inputs, level by level, up to ``depth`` hops (None: unbounded); an op with a group key is a match
+        (collected when its key is in ``viable``) and the search does not go past it; ops in ``skip`` are
+        neither collected nor searched past. Returns group key -> matches in the order found.
+        ``last_inputs`` caches, per node, its inputs that are viable matches (what the last level reads)."""
+        pred = self.g._pred
+        found: dict = {}
+        seen = {root}
+        level = [p for p in pred[root]]
+        seen.update(level)
+        d = 1
+        while level:
+            nxt = []
+            tail = []  # the last level's matches, (key, node), collected after this level's
+            go_on = depth is None or d < depth
+            last = depth is not None and d + 1 == depth  # the inputs found now end the search
+            for c in level:
+                if c in skip:
+                    continue
+                k = keys.get(c)
+                if k is not None:
+                    if k in viable:
+                        found.setdefault(k, []).append(c)
+                elif last:
+                    # what the next (last) level would do with c's inputs, in the same order: collect the
+                    # unseen viable matches that are not skipped; the rest only fills ``seen``, which no later
+                    # level reads
+                    ins = last_inputs.get(c)
+                    if ins is None:
+                        ins = last_inputs[c] = [(keys[p], p) for p in pred[c] if keys.get(p) in viable]
+                    for kp, p in ins:
+                        if p not in seen:
+                            seen.add(p)
+                            if p not in skip:
+                                tail.append((kp, p))
+                elif go_on:
+                    for p in pred[c]:
+                        if p not in seen:
+                            seen.add(p)
+                            nxt.append(p)
+            for kp, p in tail:
+                found.setdefault(kp, []).append(p)
+            level = nxt
+            d += 1
+        return found
