@@ -73,3 +73,26 @@ def test_table_covers_every_model():
     models = {k.split("|")[0] for k in TABLE["plans"]}
     assert models == set(plan_gate.model_names())
     assert set(TABLE["time_ratio"]) == models
+
+
+#: rows where eqsat's plan is priced above greedy's (the optimized graphs priced alike, ``price``): each a known
+#: gap of the search, to be closed, not widened (a new row here fails the test below)
+EQSAT_DEARER_THAN_GREEDY = {
+    "bert|post_grad.backward": "820.229 vs 820.183 us (0.006%)",
+    "interformer|post_grad.backward": "1493.075 vs 1493.073 us (rounding of one more kernel's plan)",
+    "split_cat_tangle|post_grad.forward": "116.528 vs 93.229 us: greedy's batch_aten_sigmoid/tanh beat eqsat's slices",
+}
+
+
+def test_eqsat_is_never_priced_above_greedy_in_the_table():
+    """By the cost model, on the optimized graphs priced alike, eqsat's plan is never dearer than greedy's,
+    except the rows listed above (a row that is no longer dearer must leave the list too)."""
+    plans = TABLE["plans"]
+    dearer = set()
+    for key, row in plans.items():
+        model, graph, strategy = key.split("|")
+        if strategy == "eqsat":
+            greedy = plans[f"{model}|{graph}|greedy"]["price"]
+            if row["price"] > greedy * (1 + 1e-9) + 1e-9:
+                dearer.add(f"{model}|{graph}")
+    assert dearer == set(EQSAT_DEARER_THAN_GREEDY)

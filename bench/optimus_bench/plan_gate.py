@@ -7,14 +7,18 @@ optimized as a pre-grad (Torch-IR) graph, and its Aten-IR forward and backward g
 Inductor's decompositions and partitioner, ``optimus_bridge.inductor_kernels.aten_graphs``) as post-grad
 graphs, by each strategy of :data:`STRATEGIES`. One row per (model, graph, strategy):
 
-* ``cost``: the plan's cost by the project's GPU cost model (``Report.cost_after``, microseconds);
+* ``price``: the optimized graph's cost by the project's GPU cost model, priced as an input graph is
+  (``optimus_bridge.plan_check.plan_price``, microseconds): equal graphs get equal prices whatever made them,
+  so strategies compare on it;
+* ``cost``: extraction's price of the plan in its own e-graph (``Report.cost_after``), what the search
+  minimized;
 * ``kernels``: the CUDA kernels Inductor would emit for the plan, predicted without Inductor
   (``optimus_bridge.inductor_kernels``; a pre-grad graph's forward and backward together);
 * ``patterns``: rewrites the plan uses per pattern (``Report.patterns_fired``, read off the plan the same way
   for every strategy);
 * ``ops``: the optimized graph's FX nodes by op kind (placeholders, outputs and getitems left out).
 
-:func:`compare` reads a table against a fresh run. A row is a **regression** when its cost rises (beyond a
+:func:`compare` reads a table against a fresh run. A row is a **regression** when its price or cost rises (beyond a
 relative 1e-6: float summation order), its predicted kernels rise, or a pattern's count falls (a lost rewrite);
 any other difference (a cheaper plan, other ops, a row added or gone) is a **change**. The gate fails on both:
 the table must say what the plans are, or a later regression back to the old plan would pass. Optimizer time
@@ -43,7 +47,11 @@ import torch
 import optimus_eq
 from optimus_bench.corpus import CORPUS
 from optimus_bench.models import build
+from optimus_bridge.aten import translate_aten
 from optimus_bridge.inductor_kernels import aten_graphs, predict, predict_module
+from optimus_bridge.plan_check import plan_price
+from optimus_bridge.translate import translate
+from optimus_eq.cost import GPUCostModel
 
 #: the committed table
 TABLE = Path(__file__).resolve().parents[1] / "plan_table.json"
@@ -55,6 +63,8 @@ TIME_SLACK = 3.0
 #: ... once eqsat's CPU seconds on the model exceed this (shorter runs are too noisy to gate)
 TIME_FLOOR_S = 0.25
 _REL = 1e-6
+#: the cost model of every row (``optimize``'s default)
+COST_MODEL = GPUCostModel()
 _SKIP_OPS = frozenset(["placeholder", "output", "getitem"])
 
 
@@ -103,9 +113,10 @@ def dynamo_graphs(model: torch.nn.Module, inputs: tuple) -> list[tuple[torch.fx.
     return graphs
 
 
-def _summary(gm, report, kernels: int) -> dict:
+def _summary(gm, report, kernels: int, price: float) -> dict:
     ops = {k: v for k, v in sorted(Counter(report.ops_after).items()) if k not in _SKIP_OPS and v}
     return {"cost": round(report.cost_after, 3) if report.cost_after is not None else None,
+            "price": round(price, 3),
             "kernels": kernels,
             "patterns": dict(sorted(report.patterns_fired.items())),
             "ops": ops,
@@ -134,11 +145,14 @@ def summarize_model(name: str, strategies: Iterable[str] = STRATEGIES, registry=
                 out, rep = optimus_eq.optimize(gm, ex, strategy=strategy, registry=registry)
                 seconds[strategy] += rep.cpu_times.get("total", 0.0)
                 kernels = predict_module(out, ex, device="cuda", training=True).kernels
-                rows[f"{name}|pre_grad{tag}|{strategy}"] = _summary(out, rep, kernels)
+                price = plan_price(out, COST_MODEL, "pre_grad", ex, translate)
+                rows[f"{name}|pre_grad{tag}|{strategy}"] = _summary(out, rep, kernels, price)
                 for part, g in zip(("forward", "backward"), aten):
                     out, rep = optimus_eq.optimize(g, None, strategy=strategy, level="post_grad", registry=registry)
                     seconds[strategy] += rep.cpu_times.get("total", 0.0)
-                    rows[f"{name}|post_grad.{part}{tag}|{strategy}"] = _summary(out, rep, predict(out, "cuda").kernels)
+                    price = plan_price(out, COST_MODEL, "post_grad", None, translate_aten)
+                    rows[f"{name}|post_grad.{part}{tag}|{strategy}"] = _summary(out, rep, predict(out, "cuda").kernels,
+                                                                                price)
     return rows, dict(seconds)
 
 
@@ -162,9 +176,10 @@ def compare_row(key: str, old: dict | None, new: dict | None) -> list[Finding]:
     out = []
     if new.get("fallback") and not old.get("fallback"):
         out.append(Finding("regression", key, f"falls back: {new['fallback']}"))
-    oc, nc = old.get("cost"), new.get("cost")
-    if oc is not None and nc is not None and _differs(oc, nc):
-        out.append(Finding("regression" if nc > oc else "change", key, f"cost {oc} -> {nc} us"))
+    for field, what in (("price", "price"), ("cost", "extraction's cost")):
+        oc, nc = old.get(field), new.get(field)
+        if oc is not None and nc is not None and _differs(oc, nc):
+            out.append(Finding("regression" if nc > oc else "change", key, f"{what} {oc} -> {nc} us"))
     if old.get("kernels") != new.get("kernels"):
         worse = (new.get("kernels") or 0) > (old.get("kernels") or 0)
         out.append(Finding("regression" if worse else "change", key,

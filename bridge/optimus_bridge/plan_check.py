@@ -38,10 +38,7 @@ def dearer_than_input(out: GraphModule, report: Report, cost_model, level: str, 
     before, after = report.cost_before, report.cost_after
     if before is None or after is None or not after > before:
         return False
-    plan = translate_fn(out)
-    gradients = gradient_info(plan, level) if getattr(cost_model, "training", False) else None
-    price = input_cost(plan.rows, [plan.node_id[n] for n in dict.fromkeys(plan.roots)], plan.opaque_keys,
-                       cost_model, gradients, op_kinds(plan.recipes), packable_leaves(plan, example_inputs, cost_model))
+    price = plan_price(out, cost_model, level, example_inputs, translate_fn)
     if not price > before + 1e-9 * max(1.0, abs(before)):  # dearer only beyond rounding (sums in another order)
         report.cost_after = min(price, before)  # the plan as lowered, priced like the input: no dearer
         return False
@@ -52,3 +49,15 @@ def dearer_than_input(out: GraphModule, report: Report, cost_model, level: str, 
     report.node_fates = dict.fromkeys(report.node_fates, "kept")
     report.cost_after = before
     return True
+
+
+def plan_price(gm: GraphModule, cost_model, level: str, example_inputs, translate_fn) -> float:
+    """The cost model's price of graph ``gm`` as an input graph (microseconds): translated afresh and priced
+    term by term (:func:`optimus_eq.extract.input_cost`, as ``Report.cost_before`` is). Two equal graphs get one
+    price whatever search made them, unlike ``Report.cost_after``, extraction's price in the e-graph the plan
+    came from (its fusion credit is per e-class). ``translate_fn``: the level's translator (``translate``,
+    ``translate_aten``). Raises what the translation raises."""
+    plan = translate_fn(gm)
+    gradients = gradient_info(plan, level) if getattr(cost_model, "training", False) else None
+    return input_cost(plan.rows, [plan.node_id[n] for n in dict.fromkeys(plan.roots)], plan.opaque_keys,
+                      cost_model, gradients, op_kinds(plan.recipes), packable_leaves(plan, example_inputs, cost_model))
