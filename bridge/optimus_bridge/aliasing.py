@@ -108,8 +108,8 @@ def frozen_nodes(gm: GraphModule, voc=vocab, inputs_may_alias: bool = True) -> s
             continue
         if not n.users and n not in mutated:
             # nobody reads its result and it writes nothing: it joins nothing (``ExportedProgram.module()``'s
-            # ``_guards_fn(x, y)``, an unknown op of every input, put them all in one group: a write into one
-            # input froze every reader of the others, breaker 1202h)
+            # ``_guards_fn(x, y)``, an unknown op of every input, would put them all in one group: a write into
+            # one input would freeze every reader of the others)
             continue
         for a in n.all_input_nodes:
             union(a, n)
@@ -237,7 +237,7 @@ def layout_reader_nodes(gm: GraphModule, voc=vocab) -> set[Node]:
     """Nodes kept verbatim so that an op that reads its input's storage at explicit strides (``as_strided``)
     sees eager's storage and layout: the input's view chain back to the node that owns the storage. A rewrite
     may compute an equal value in another layout (a narrow of a wider tensor: a batched tanh, a fused
-    linear), where ``as_strided`` reads other elements (breaker 1202e: silently wrong values)."""
+    linear), where ``as_strided`` reads other elements (silently wrong values)."""
     keep: set[Node] = set()
     for chain in layout_reader_chains(gm, voc).values():
         keep.update(m for m in chain if m.op not in ("placeholder", "get_attr"))
@@ -257,8 +257,8 @@ def hooked_nodes(gm: GraphModule) -> set[Node]:
     """Nodes kept verbatim for the gradient hooks the graph registers: each hooked tensor and every node that
     reads it. A hook fires with the gradient that reaches that tensor object through all its readers; a
     rewrite that made a reader compute from an equal value elsewhere (the linear of a split piece batched
-    from a view of the whole input) sent its gradient past the hook (breaker 1202h: the gradient of
-    ``xs[0].register_hook(lambda g: 2 * g)`` came back undoubled). Readers of the op's own result (the same
+    from a view of the whole input) would send its gradient past the hook (the gradient of
+    ``xs[0].register_hook(lambda g: 2 * g)`` would come back undoubled). Readers of the op's own result (the same
     tensor) need nothing: it is opaque."""
     keep: set[Node] = set()
     for n in gm.graph.nodes:

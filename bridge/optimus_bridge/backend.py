@@ -172,8 +172,8 @@ def _start_compile_workers(example_inputs=(), patches: dict | None = None) -> No
 
     Not for a graph on the CPU (its kernels never use the pool; with Triton installed, a CUDA build on a CPU
     graph, it started a sidecar process of ~300 MB and its workers that plain ``torch.compile`` never starts),
-    and not outside the patches: ``inductor_config={"compile_threads": 1}`` started the pool with the global
-    setting (breaker 1203c). ``torch.compile(model)`` itself (``_TorchCompileInductorWrapper``, torch 2.13) does
+    and not outside the patches: ``inductor_config={"compile_threads": 1}`` would start the pool with the global
+    setting. ``torch.compile(model)`` itself (``_TorchCompileInductorWrapper``, torch 2.13) does
     not call ``maybe_warm_pool``: only the registered ``inductor`` function does (``torch._dynamo.optimize``,
     ``lookup_backend``); its ``compile_fx`` wakes the pool at its start, for CUDA/XPU inputs."""
     import torch
@@ -277,7 +277,7 @@ def cost_model_for(patches: dict, example_inputs=None, packed_parameters: bool =
 
 #: host time (us) that packing the stacks with gradients adds to each call of a graph replayed as a CUDA graph:
 #: the stacks' autograd node and the saved-tensor version hooks (:mod:`optimus_bridge.param_pack_runtime`), paid
-#: before the replay's first kernel in a synchronized step. Measured on the H200 (training steps side by side,
+#: before the replay's first kernel in a synchronized step. On the H200 (training steps side by side,
 #: 5 rounds of 30 calls, bench/results/h200_2026-12-02g): BERT (27 parameters in 9 stacks) 0.23 ms slower packed
 #: than unpacked, 32 branches x 2 layers (256 parameters in 8 stacks) 0.24 ms (greedy) and 0.37 ms (eqsat).
 PACK_HOST_US_CUDAGRAPH = 250.0
@@ -288,7 +288,7 @@ def grad_packing_pays(stacks, model: GPUCostModel) -> bool:
     each is a copy kernel per call: their copies' cost by ``model`` (a launch plus reading and writing every
     parameter's bytes, :meth:`GPUCostModel` ``launch_us`` / ``bytes_per_us``) against the host time packing adds
     per call, :data:`PACK_HOST_US_CUDAGRAPH`. Asked only for graphs replayed as CUDA graphs: without them every
-    copy is a kernel launch as well, and packing wins (issue 12). ``stacks``: each stack's parameters.
+    copy is a kernel launch as well, and packing wins. ``stacks``: each stack's parameters.
 
     DLRM's 26 tables of 100k x 64 (a 666 MB copy, 333 us a step) pack; BERT's Q/K/V weights (7 MB a layer) and
     32 branches' small weights do not."""
@@ -305,9 +305,9 @@ def _user_saved_tensor_hooks_off():
     tracing does (``torch._dynamo.utils._disable_saved_tensors_hooks_during_tracing``).
 
     :func:`optimus_eq.optimize` propagates meta by running ops on meta twins of the inputs, which record
-    autograd's saved tensors where an input requires grad: under a non-reentrant checkpoint those went to its
-    pack hook, and the first call of a compiled model inside ``checkpoint`` failed in backward ("A different
-    number of tensors was saved during the original forward and recomputation", 36 against 18; breaker 1202j).
+    autograd's saved tensors where an input requires grad: under a non-reentrant checkpoint those would go to its
+    pack hook, and the first call of a compiled model inside ``checkpoint`` would fail in backward ("A different
+    number of tensors was saved during the original forward and recomputation", 36 against 18).
     A torch without the switch: no change."""
     import contextlib
 
@@ -330,7 +330,7 @@ def _carry_dynamo_metadata(src, dst) -> None:
     AOTAutograd recognizes a Dynamo graph by ``meta["dynamo_compile_id"]``, ``_param_name_to_source`` and
     each placeholder's ``_dynamo_source`` (torch/_functorch/_aot_autograd/frontend_utils.py,
     ``_try_get_metadata_from_dynamo``); from them it marks parameters as static inputs. Without them,
-    CUDA graph trees copy every parameter into the graph's static buffers on every replay (measured on
+    CUDA graph trees copy every parameter into the graph's static buffers on every replay (on
     the H200: 74 extra copy kernels per BERT inference step with mode="reduce-overhead").
     """
     for key, value in src.meta.items():

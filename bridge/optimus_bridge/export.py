@@ -87,8 +87,8 @@ def _dynamic_shapes(ep, module, args, kwargs):
 
     The user inputs are read off ``ep``'s input specs, constants (an ``int`` or ``float`` argument, None)
     included, in the order of ``ep``'s input tree: ``graph_signature.user_inputs`` holds a constant's value
-    where a tensor's name stands, so a program with a ``scale: float`` argument was exported again with every
-    dim static (breaker 1202h: the optimized program refused other batch sizes)."""
+    where a tensor's name stands, so read from there a program with a ``scale: float`` argument would be
+    exported again with every dim static (the optimized program would refuse other batch sizes)."""
     import inspect
 
     from torch.export import Dim

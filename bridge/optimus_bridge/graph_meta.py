@@ -81,7 +81,7 @@ def _grad_fake_tensor_prop():
 def _has_meta(gm: GraphModule, level: str) -> bool:
     """Whether the nodes :func:`_ensure_meta` needs carry FakeTensor meta. A placeholder whose ``val`` is
     None has it: ``ExportedProgram.module()`` gives an argument passed as None (``bias=None``) a placeholder
-    with ``val`` None (its programs fell back: "the graph has no FakeTensor meta", breaker 1202h)."""
+    with ``val`` None (else its programs fall back: "the graph has no FakeTensor meta")."""
     needed = [n for n in gm.graph.nodes if n.op == "placeholder" or (
         level != "post_grad" and n.op != "output" and n.users and not changes_global_state(n))]
     return all(meta_val(n) is not None or (n.op == "placeholder" and "val" in n.meta) for n in needed)

@@ -1,4 +1,4 @@
-"""Predict how many kernels Inductor emits for a graph, without running Inductor (issue 15, item 1).
+"""Predict how many kernels Inductor emits for a graph, without running Inductor.
 
 A model of Inductor's lowering and scheduler (torch 2.13), applied to an Aten-IR graph with FakeTensor
 ``meta["val"]`` (the graphs AOTAutograd hands Inductor: :func:`aten_graphs` traces them from a Torch-IR

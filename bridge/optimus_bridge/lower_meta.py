@@ -177,7 +177,7 @@ def _writes_into_grad_leaves(n: Node, env: dict):
     else a no-op context. Such a meta is not eager's: ``torch.export`` leaves a user input that the program
     writes a value requiring grad into (a KV cache filled from a Linear: ``cache[:, :b] = out``) with
     ``requires_grad`` set on its placeholder's leaf FakeTensor, where autograd refuses the in-place op
-    (eager could only run it without grad). Every such exported program fell back (breaker 1202h)."""
+    (eager could only run it without grad). Without it every such exported program falls back."""
     if is_mutation(n) and any(isinstance(v := env.get(a), torch.Tensor) and v.requires_grad and v.is_leaf
                               for a in n.all_input_nodes):
         return torch.no_grad()

@@ -19,7 +19,7 @@ from torch.fx import Graph, Node
 #: the graph is then compiled by Inductor, whose kernels' outputs never require grad, so ``grad_mode_blind``
 #: respellings are not needed there, and Inductor has no lowering for them (``aten._to_copy`` is one of its
 #: decompositions: a graph that holds it fails with "both a fallback and a decomp for same op"; BERT
-#: inference, H200 2026-12-02).
+#: inference on the H200).
 INSIDE_INDUCTOR: contextvars.ContextVar[bool] = contextvars.ContextVar("optimus_inside_inductor", default=False)
 
 
@@ -56,8 +56,8 @@ class IRLevel:
         squeeze: ``f(graph, x, dims) -> Node`` for a ``Reshape`` that only drops size-1 dims, or None: such
             reshapes are emitted as reshapes. A squeeze and a reshape are the same view, but AOTAutograd
             traces them (and their backward: unsqueeze against view) differently, and Inductor's fusion
-            follows: measured on DLRM's cross net (``bmm(experts, gating).squeeze(2)``), the reshape
-            spelling cost CPU Inductor extra kernels per training step.
+            follows: on DLRM's cross net (``bmm(experts, gating).squeeze(2)``), the reshape
+            spelling costs CPU Inductor extra kernels per training step.
         alias: ``f(graph, x) -> Node``, a new view of all of x (a distinct tensor object), or None.
         split: ``f(graph, x, sizes, dim) -> Node``, the pieces of x along ``dim`` (a tuple-valued node read
             with ``operator.getitem``), or None: narrows are always emitted one by one. Used for chosen

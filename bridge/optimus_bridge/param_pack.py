@@ -4,7 +4,7 @@ The horizontal rewrites batch N branches' layers into one op that takes the bran
 (``torch.stack([w_0, ..., w_N-1])`` of N LayerNorm weights, Linear weights, biases). Those stacks depend
 on parameters alone, yet the compiled graph recomputes them on every call: one copy kernel each, and
 every parameter a separate graph input (thousands at the paper's scale: host work per call that grows
-with the parameter count, issue 12).
+with the parameter count).
 
 Packing moves the work to compile time and keeps it correct under every in-place update: the packed
 parameters are re-homed (``p.data = buffer[i]``) as views of one contiguous buffer laid out exactly as
@@ -34,7 +34,7 @@ Where no gradient can flow (none of the parameters requires grad, or the graph i
 off and sets no grad mode inside: inference, ``torch.no_grad()``, ``torch.inference_mode()``) the graph
 reads the buffer itself. Dynamo guards the grad mode and each input's ``requires_grad``, so such a graph
 never runs in training; :meth:`ParameterPacks.inputs` checks it again and raises rather than drop a
-gradient. In a training graph (issue 12) the graph reads the buffer too, and each call passes in its place
+gradient. In a training graph the graph reads the buffer too, and each call passes in its place
 :func:`packed_stack` of the buffer and the parameters, computed outside the compiled graph: an autograd
 function whose value is the buffer (no copy) and whose backward gives each parameter its slice of the
 stack's gradient, as ``stack``'s own backward (``unbind`` / ``split``) does, so AccumulateGrad still takes
@@ -293,8 +293,8 @@ class ParameterPacks:
         """Inputs for a call whose parameters moved: re-pack those that qualify, compute the rest.
 
         One thread at a time (:data:`_REFRESH_LOCK`): module instances that share the compiled code, called
-        from several threads, re-pack the same :class:`Pack` in turn, and a call read the buffer another
-        thread's re-pack had just set (another instance's weights; breaker 1202h)."""
+        from several threads, re-pack the same :class:`Pack` in turn; without the lock a call could read the buffer
+        another thread's re-pack had just set (another instance's weights)."""
         out = []
         with _REFRESH_LOCK:
             for pack in self.packs:
@@ -318,9 +318,9 @@ class ParameterPacks:
         start addresses (``Pack.ptrs``: ascending, the buffer holds them in stack order).
 
         Per buffer, not per storage: packs may share one storage (an earlier compile packed their union, e.g. an
-        inference graph that batched every branch where the training graph batches two groups), and a saved
-        view of one pack then read the versions of the other's parameters too: a write into a parameter whose
-        value no saved tensor holds raised where eager does not (breaker 1202j). The buffers of one graph's
+        inference graph that batched every branch where the training graph batches two groups), and per storage a saved
+        view of one pack would read the versions of the other's parameters too: a write into a parameter whose
+        value no saved tensor holds would raise where eager does not. The buffers of one graph's
         packs are disjoint (distinct parameters, each buffer exactly its parameters)."""
         order = sorted(self.packs, key=lambda p: p.buffer.data_ptr())
         starts = [p.buffer.data_ptr() for p in order]
@@ -334,7 +334,7 @@ class ParameterPacks:
         buffers and parameters is built once per layout (after a re-pack, again).
 
         ``self._versions`` is read once: a re-pack in another thread (``_layout``) may set it to None between two
-        reads, and the call then failed unpacking None (breaker 1202j)."""
+        reads, and the call would then fail unpacking None."""
         table = self._versions
         if table is None:
             table = self._versions = self._version_table()

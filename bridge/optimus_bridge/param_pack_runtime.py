@@ -131,7 +131,7 @@ class SavedVersions(torch.autograd.graph.saved_tensors_hooks):
                 params = getters[k](args)
                 seen[k] = (params, tuple(map(_VERSION, params)))
             # only the parameters whose bytes the saved tensor spans, as eager checks only what it saved (a
-            # parameter the graph also reads unstacked is saved as itself, inside its buffer: breaker 1202j)
+            # parameter the graph also reads unstacked is saved as itself, inside its buffer)
             end = ptr + (1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))) * t.element_size()
             first = firsts[k]
             lo, hi = bisect.bisect_right(first, ptr) - 1, bisect.bisect_left(first, end)

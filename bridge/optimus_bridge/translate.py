@@ -135,7 +135,7 @@ class Translator(Normalization, RowWriter):
         :mod:`optimus_bridge.regions`, or a graph compiled under ``torch.no_grad()``): only views of tensors
         that require grad do (fresh results do not). Such a view requires grad but has no ``grad_fn``, so
         no gradient flows through it to its base; folding ``x.view(x.shape)`` to ``x`` would make one flow
-        (breaker: ``u * x`` with ``u`` viewed under no_grad got the gradient ``2x``). They stay as written."""
+        (``u * x`` with ``u`` viewed under no_grad would get the gradient ``2x``). They stay as written."""
         keep = set()
         for n in self.gm.graph.nodes:
             if n.op in ("call_function", "call_method", "call_module"):

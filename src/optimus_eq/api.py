@@ -268,7 +268,7 @@ class _Plans:
     """Reads an e-graph and extracts its best plan, once per e-graph state: the horizontal round's plan and
     the final plan of ``optimize`` come from here, so when the round adds nothing and no rule fires
     afterwards (eqsat on a graph with no group worth fusing), the final extraction is the round's
-    (measured: one e-graph read and one ILP extraction, about 1.5 s of 7 s at 50k FX nodes, saved).
+    (this saves one e-graph read and one ILP extraction, about 1.5 s of 7 s at 50k FX nodes).
 
     Every read and extraction counts as the ``extract`` phase, wherever it runs: a failure in one reports
     ``extract failed`` (the fallback names the phase that failed) and its seconds go to
@@ -322,7 +322,7 @@ class _Plans:
                 break
             except NoAcyclicTerm:
                 # greedy's destructive rewrites, then a merge, can leave a class nothing but removed
-                # e-nodes (issue 11, class 6), or close a cycle through a fused group whose members'
+                # e-nodes (a view chain merged into its input), or close a cycle through a fused group whose members'
                 # originals were removed (fuzz seed 1007226): read it again with those back, then with
                 # every removed e-node back, as last resorts
                 if restore == "all":

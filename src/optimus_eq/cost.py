@@ -149,7 +149,7 @@ class GPUCostModel:
         execution: ``"launch"`` (no CUDA graphs) or ``"cudagraph"``: what ``launch_us`` measures.
         training: price the backward of graphs that will be differentiated (False: forward only).
         fusion: credit Inductor's fusion of pointwise chains and of a reduction after them (module doc;
-            False: every op is a kernel of its own, the model before issue 15).
+            False: every op is a kernel of its own).
         packed_parameters: a ``Cat`` of parameters along dim 0 (a stack or a cat of the graph's
             ``nn.Parameter`` inputs) is free, a view: ``optimus_eq.backend`` re-homes such parameters as views
             of one buffer before Inductor runs (``pack_parameters=True``, :mod:`optimus_bridge.param_pack`),
@@ -157,7 +157,7 @@ class GPUCostModel:
             run. The backend sets it when it packs; a plain :func:`optimus_eq.optimize` call does not pack,
             so the default is False. Which leaves are parameters: ``EGraphView.packable``.
         gemm_flops: price extern GEMMs by FLOPs at a shape-dependent rate (module doc; False: by launch and
-            output bytes, the model before issue 15's GEMM item).
+            output bytes).
         gemm_flops_per_us: the GEMM rate of a large square fp32 GEMM (FLOP per microsecond).
         gemm_half_mn: the output rows (or columns) of one matrix at which the rate halves (tile padding,
             too few tiles to fill the device).

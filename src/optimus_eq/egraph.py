@@ -72,7 +72,7 @@ def commands(program: str) -> list[str]:
     """``program`` cut into its top-level egglog commands (at a newline followed by ``(`` outside any
     parenthesis or string).
 
-    egglog 13.2.0 parses and runs a long program text superlinearly in time and memory: measured for the
+    egglog 13.2.0 parses and runs a long program text superlinearly in time and memory: for the
     default pre-grad program of 158 rules, 80k characters (CPU s and peak RSS growth, one process each):
     3.3-5.3 s and +2.2 GB as one text, 0.11 s and +1 MB command by command (0.15 s in 4k-character batches,
     0.32 s in 16k ones)."""

@@ -26,7 +26,7 @@ def distinct_rulesets(patterns: Sequence[Pattern]) -> list[Pattern]:
     An alias (a pattern of the split/cat family that holds the run algebra's rules of three others, renamed,
     as upstream has a pass of its own for them) adds nothing to a saturation that runs the patterns it copies:
     the same rewrites reach the same e-graph, and run twice per iteration they cost the second saturation of
-    ``branches:50000`` 1.2 CPU s of egglog's search (issue 9). An alias selected without the patterns it
+    ``branches:50000`` 1.2 CPU s of egglog's search. An alias selected without the patterns it
     copies keeps its rules, and its firings."""
     owner: dict = {}
     for i, p in enumerate(patterns):

@@ -67,16 +67,16 @@ cycle passes through one) and per hub ``h`` and class ``c`` a reach variable ``d
 back along chosen e-nodes that lead to ``h`` (``d[h, c] >= x_i + d[h, k] - 1``), with ``x_i + d[h, k] <= 1`` for
 the hub's own e-nodes. No big-M: the topological-order variables used before (``t_c >= t_k + 1 - n (1 - x_i)``,
 added after two rounds of lazy cuts) gave HiGHS a weak relaxation: DLRM's cat/narrow cycles (one 421-e-node
-component, 78 cyclic classes, one hub) took 0.57 s in that round and 0.04 s with hub rows; launch_bound's
+component, 78 cyclic classes, one hub) took 0.57 s with them and 0.04 s with hub rows; launch_bound's
 783-e-node component 3.2 s -> 0.34 s; its gpu preset's 3,041 e-nodes 0.7 s. An SCC whose feedback set has
 more than ``cycles.MAX_HUBS`` (8) classes gets the order variables instead (hub rows grow with hubs x e-nodes).
 A plan that still cycles (with ``ORDER_AFTER > 0``, tests) gets class-cycle cuts: at most ``m - 1`` of the
 cycle's ``m`` classes may choose an e-node that needs the next class (every e-node sequence through those
 classes at once). Cuts and hub rows forbid only cyclic plans, so the optimum over acyclic plans is kept.
 
-Measured (bench/results/extract_cpu.md): the fast plan equals the ILP optimum on every bench graph where the
-ILP finishes; where it does not (128 parallel branches x 2 layers: one component of 12k e-nodes, no optimum
-in 400 s) the fast plan is what is used.
+On the bench graphs (bench/results/extract_cpu_2026-12-01), the fast plan equals the ILP optimum wherever
+the ILP finishes. A component over ``ilp_max_nodes`` keeps the fast plan (128 parallel branches x 2 layers: one of
+12k e-nodes, proven optimal in 3.5 CPU s when solved, 8x the whole call; bench/results/scale_cpu_2026-12-02g).
 """
 
 from __future__ import annotations

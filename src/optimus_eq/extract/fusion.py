@@ -1,4 +1,4 @@
-"""Which e-nodes Inductor computes inside another op's kernel (the cost model's fusion credit, issue 15 item 1).
+"""Which e-nodes Inductor computes inside another op's kernel (the cost model's fusion credit).
 
 Inductor's scheduler fuses a pointwise node into the kernel of a pointwise producer with the same loop size,
 and a pointwise producer into the reduction that reads it (torch/_inductor/scheduler.py ``Scheduler.fuse_nodes``;

@@ -18,7 +18,7 @@ from optimus_eq.extract.tree import _Problem
 
 #: classes up to which reachability and components run in networkx (which horizontal planning imports anyway)
 #: rather than scipy.sparse.csgraph, whose import (scipy.sparse, scipy.sparse.linalg, scipy.linalg) was half of a
-#: fresh process's first eqsat ``optimize`` call on Wukong (CPU, issue 9: 0.36 -> 0.19 s without it). networkx
+#: fresh process's first eqsat ``optimize`` call on Wukong (CPU: 0.36 -> 0.19 s without it). networkx
 #: costs 5-10 us a class per call (2,000 classes: 9 ms to build the graph, 6 ms for its strong components)
 #: where scipy takes about 1 ms in all: DHEN's 1,400-class graphs (6 calls an optimize) lost 0.04-0.08 s a warm
 #: call to it, launch_bound's 2,400 (13 calls) 0.06-0.12 s; Wukong (180), Interformer and DLRM (700) stay below. Either way the results are the same (labels are canonical,

@@ -21,7 +21,7 @@ _TERM_SORTS = frozenset(["T", "TL", "Args"])
 @contextlib.contextmanager
 def no_gc():
     """Pause the cyclic garbage collector: building ~10^5 small objects next to a large FX graph otherwise
-    triggers full collections that cost more than the work itself (measured: 0.40 s -> 0.03 s)."""
+    triggers full collections that cost more than the work itself (0.40 s -> 0.03 s)."""
     was = gc.isenabled()
     gc.disable()
     try:
@@ -45,8 +45,8 @@ def _restore_subsumed(classes, subsumed: list, at: int = 1, everything: bool = F
     e-node, or with ``everything`` all of them. Greedy's destructive rewrites remove (subsume) an e-node, but a
     later merge can make a live e-node congruent to a removed one, which removes it too: ``x.view(4, -1).view(4,
     3, 6).view(4, -1)`` with x [4, 3, 6] (the middle view merges with x, the last view's removed e-node becomes
-    the first view's) left the first view's class with only a self loop, and greedy fell back with NoAcyclicTerm
-    (issue 11, class 6). A later merge can also close a cycle through a fused group whose members' originals
+    the first view's) left the first view's class with only a self loop, and greedy fell back with NoAcyclicTerm.
+    A later merge can also close a cycle through a fused group whose members' originals
     were removed: ``tanh(cat([v]))`` batched with ``tanh(relu(tanh(v)))`` (independent when fused), then
     ``cat([v]) -> v`` makes the first member's input congruent to the second's (fuzz seed 1007226); only the
     members' removed e-nodes give an acyclic plan back (``everything``). A subsumed e-node is still an

@@ -22,7 +22,7 @@ from optimus_eq.horizontal.rows import IdAlloc, RowWriter
 DEFAULT_OPTIONS = {"min_fuse_set_size": 5, "max_fuse_set_size": 300, "max_fuse_search_depth": 5}
 #: A non-destructive round (eqsat, tensat) adds groups from this many members when neither the pattern nor
 #: the caller sets ``min_fuse_set_size``: the group is one more alternative and extraction decides with the
-#: cost model whether it pays (issue 15, item 2: "batch or leave it" decided by cost, not by upstream's
+#: cost model whether it pays ("batch or leave it" decided by cost, not by upstream's
 #: fixed minimum, which a destructive order needs because it commits blindly). DLRM's MLPs have groups of
 #: 2-4 equal linears and relus; batched, the predicted CUDA kernels drop 54 -> 48 (inference) and
 #: 168 -> 147 (training step), bench/cuda_meta.py.

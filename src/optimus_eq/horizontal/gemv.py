@@ -7,7 +7,7 @@ decomposition.py ``mm``, and never an ``addmm`` with a bias). Why: ``F.linear(x,
 Inductor as ``addmm``, an extern call that ATen runs as two kernels on CUDA (the bias copied into the
 output, then the GEMV; cuBLASLt's bias epilogue is not used for a single output column), and Inductor can
 fuse nothing into it. As a multiply and a sum, Inductor computes it as a reduction fused with the kernel
-that produced ``x`` (the launch-bound model's head after its last residual add, issue 12): no kernel of
+that produced ``x`` (the launch-bound model's head after its last residual add): no kernel of
 its own. A GEMV is memory-bound either way (it reads ``x`` once).
 """
 
@@ -46,8 +46,8 @@ def build_gemv(w, members) -> None:
     """``F.linear(x, w, b) == (x * w[0]).sum(-1, keepdim=True) + b`` for ``w: [1, K]`` (``x: [..., K]``,
     result ``[..., 1]``): ``torch.mul`` with the weight broadcast over x's leading dims, ``torch.sum`` over
     the last dim with keepdim, ``torch.add`` of the bias. bf16/fp16 are computed in float32 and rounded
-    once, as eager's GEMV accumulates (rounding the products would lose digits under cancellation, as
-    :func:`optimus_eq.horizontal.einsum.build_einsum` measured)."""
+    once, as eager's GEMV accumulates (rounding the products would lose digits under cancellation:
+    :func:`optimus_eq.horizontal.einsum.build_einsum`)."""
     for m in members:
         x, wt, b = _linear_parts(m)
         xs, ws, out = tuple(m.in_shapes[x]), tuple(m.in_shapes[wt]), tuple(m.shape)

@@ -65,7 +65,7 @@ def bmm_add(bias: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor) -> torch
     kernel whose bias it does not unfuse (it does so only for ``addmm``: post_grad.py,
     ``unfuse_bias_add_to_pointwise``). Traced by AOTAutograd this is ``aten.bmm`` and ``aten.add``, and
     Inductor fuses the add into the kernel that reads the output (the activation, a residual add): one
-    kernel per batched linear instead of two (issue 12). One FX call, so the cost model prices it as one
+    kernel per batched linear instead of two. One FX call, so the cost model prices it as one
     kernel, as it priced baddbmm (the add is fused away). Low-precision dtypes keep ``baddbmm``: rounding
     the product before the add would round twice where eager's linear rounds once.
 

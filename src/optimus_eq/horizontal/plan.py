@@ -358,7 +358,7 @@ class PlanGraph(PlanAlternatives, PlanOrder):
         call yielded stay candidates of later lists; a list's subsets without them are yielded as before, then
         its subsets larger than every group of this call they share a member with
         (:class:`.subsets.GroupOverlap`): the union of two groups is offered too, so extraction can choose
-        greedy's wider group (issue 15: DLRM's gates, N 1, are found together by the search from their stack,
+        greedy's wider group (DLRM's gates, N 1, are found together by the search from their stack,
         its ``V`` linears, N 64, by their shared input; greedy's minimum of 5 keeps the 4 gates apart and fuses
         all 8 as one linear of N 260). Without it (greedy) a fused member is gone."""
         depth = options["max_fuse_search_depth"]

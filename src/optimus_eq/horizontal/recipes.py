@@ -79,7 +79,7 @@ def slots(n: int) -> tuple:
 
 
 #: dtypes whose eager layer norm computes in float32 and rounds once (CPU and CUDA kernels): the fused
-#: form does the same, so results are bit-identical to eager (measured: bf16 and fp16, 600 draws each).
+#: form does the same, so results are bit-identical to eager (bf16 and fp16, 600 draws each).
 UPCAST = {"torch.bfloat16": torch.bfloat16, "torch.float16": torch.float16}
 
 
