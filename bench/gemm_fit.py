@@ -1,6 +1,6 @@
 """The fit of the cost model's GEMM constants to measured GEMM times, and the check that matters for extraction:
 whether a model ranks each measured group's separate and batched forms as the device did (issue 15;
-docs/DESIGN.md "Extraction and cost", "GEMM efficiency"). ``bench/gemm_rate.py`` measures and calls :func:`fit`;
+docs/DESIGN.md "Cost model"). ``bench/gemm_rate.py`` measures and calls :func:`fit`;
 ``bench/gemm_rate.py --refit FILE...`` (:func:`refit`) fits again, on CPU, from saved records:
 
 * ``gemm_rate.json`` (``bench/gemm_rate.py``): rows ``{"form", "phase", "us", "calls", "other_kernels",

@@ -1,5 +1,5 @@
 """GEMM rates of the bench models' linears under CUDA graphs: separate vs batched, forward and backward, and the
-fit of the cost model's GEMM constants (issue 15, GEMM item; docs/DESIGN.md "Extraction and cost", "GEMM efficiency").
+fit of the cost model's GEMM constants (docs/DESIGN.md "Cost model").
 
 What it times (fp32, tf32 off), each op replayed ``--reps`` times inside one CUDA graph (per-op GPU time, the
 in-graph launch included, as the CUDA-graph cost model counts it):

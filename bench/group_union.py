@@ -10,7 +10,7 @@ predicted CUDA kernels (``predict_module``, CUDA rules, forward and backward in 
 
     PYTHONPATH=src:bridge:bench python bench/group_union.py [--model dlrm] [--size gpu] [--modes train inference]
 
-Figures: docs/DESIGN.md, "Horizontal fusion" (groups over e-classes: unions).
+Figures: bench/results/LOG.md, "Horizontal fusion" (groups over e-classes: unions).
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ class IRLevel:
             with ``operator.getitem``), or None: narrows are always emitted one by one. Used for chosen
             narrows that tile a range of one tensor's dim (:func:`split_groups`): the same views, but
             AOTAutograd traces one split's backward as one cat where N narrows give N slice_backwards
-            summed, and Inductor's fusion follows (DLRM's cross net, docs/DESIGN.md).
+            summed, and Inductor's fusion follows (DLRM's cross net, docs/DESIGN.md, "Kernel counts after lowering").
         grad_mode_blind: targets of ops that set ``requires_grad`` from their input even under ``no_grad``
             (``prims.convert_element_type``), each with ``f(graph, node, args, kwargs) -> Node``, an op of the
             same result that respects the grad mode. Used for a kept node whose input is a graph input or a

@@ -132,7 +132,7 @@ class Normalization:
         if _fallback_random():  # the user wants eager's random stream
             raise Unsupported("dropout in training mode with fallback_random")
         # random: a term with a key of its own (never merged with another dropout), which
-        # the batched dropout may fuse (docs/DESIGN.md, "Horizontal fusion": random streams)
+        # the batched dropout may fuse (docs/DESIGN.md, "Safety": random ops)
         return self._pure(node, name, val, unique=True)
 
     def _pure_op(self, node: Node, name: str, val, xv: int, x_val) -> int:

@@ -1,4 +1,4 @@
-"""A GPU cost model of e-nodes: kernel launches plus bytes moved (DESIGN.md, principle 5).
+"""A GPU cost model of e-nodes: kernel launches plus bytes moved (the starting design's principle 5).
 
 cost(e-node) = kernels * launch_us + bytes / bytes_per_us   (microseconds)
 

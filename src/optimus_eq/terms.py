@@ -1,6 +1,6 @@
 """The term language: egglog sorts for tensor programs, and the analyses every pattern may query.
 
-A tensor value is an e-class of sort ``T``. The vocabulary is a small algebra (DESIGN.md, principle 2):
+A tensor value is an e-class of sort ``T``. The vocabulary is a small algebra (the starting design's principle 2):
 
 ==============================  ==========================================================================
 constructor                     meaning (shapes: x is [.., n, ..] with n at dim d)
@@ -38,7 +38,7 @@ Analyses (run with every pattern, see :data:`ANALYSIS_RULES`):
   a narrow compare the element counts before and after a dim with it.
 * ``(RunEnd L x d s)`` / ``(RunRest L x d s e)``: for a list ``L`` whose head is a narrow of ``x`` along ``d``
   starting at ``s``, the end offset of the longest run of adjacent narrows of ``x`` at the front of ``L``,
-  and the list after that run. Computed with pointer jumping (O(log n) iterations, O(n log n) rows),
+  and the list after that run. Computed with pointer jumping (O(log n) iterations; each jump deletes the row it leaves: n rows),
   keyed by (base, dim, start) so narrows of one tensor at other offsets never merge by mistake
   (../shared/EGGLOG_NOTES.md: pairwise merging of n-ary cats creates 2^(n-1) e-nodes; runs do not).
   A jump must move the end forward: after a zero-length narrow two different rests share one (s, e), and

@@ -1,4 +1,4 @@
-"""Horizontal fusion: many independent identical ops -> one batched op (DESIGN.md, principle 3).
+"""Horizontal fusion: many independent identical ops -> one batched op (the starting design's principle 3).
 
 * :mod:`.subsets`: Optimus' greedy independent subsets (``find_independent_subset_greedy``);
 * :mod:`.plan`: group analysis on an extracted plan (networkx; same op, attributes, shapes, dtypes and
