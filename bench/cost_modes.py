@@ -10,7 +10,7 @@ it as an input graph.
 
     PYTHONPATH=src:bridge:bench python bench/cost_modes.py [--models dhen launch_bound] [--size gpu]
 
-Figures: bench/results/LOG.md, "Extraction and cost"; bench/results/cost_modes_cpu.md.
+Figures: bench/results/LOG.md, "Extraction and cost"; bench/results/cost_modes_cpu_2026-11-30/cost_modes_cpu.md.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Dynamo captures the model once per mode (``cuda_meta.capture``: inference on fak
 allows, the training step on CPU), then ``optimus_eq.optimize`` runs on the captured graph once per strategy,
 timed with its own ``Report.times`` (wall seconds per phase) and a wall clock around the call. Neither
 Dynamo's tracing, parameter packing, AOTAutograd nor Inductor is in the figure: on the H200 the first call's
-other parts are measured by ``bench/h200_session12_lb.sh``.
+other parts are measured by ``bench/results/h200_2026-12-02e/h200_session12_lb.sh``.
 
     PYTHONPATH=src:bridge:bench python bench/lb_optimize_time.py --set branches=512 --set batch=256 \\
         --modes inference train --strategies greedy eqsat [--json FILE]

@@ -346,7 +346,9 @@ def main() -> None:
                     help="default: every pre-grad pattern (split/cat family + horizontal fusion); split_cat: "
                          "the pre-grad patterns that are not horizontal. Give both to measure them side by side "
                          "in one run: --pattern-sets default split_cat")
-    ap.add_argument("--out", default=str(HERE / "results" / "scale_cpu.json"))
+    ap.add_argument("--out", default=str(HERE / "out" / "scale_cpu.json"),
+                    help="JSON records (and the table as .md beside it); a run worth keeping goes to a dated "
+                         "folder of bench/results with a README naming the command and the commit")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per (size, strategy) child")
     ap.add_argument("--repeats", type=int, default=3, help="optimizations per case; the fastest is reported")
     ap.add_argument("--cold", action="store_true",
@@ -385,6 +387,7 @@ def main() -> None:
                machine=platform.machine(), cpus=os.cpu_count(), processor=platform.processor(),
                affinity=len(os.sched_getaffinity(0)), repeats=args.repeats, warmup=not args.cold)
     out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(dict(env=env, records=records), indent=1))
     table = markdown(records)

@@ -7,7 +7,7 @@ method and note (``Report.extract_note``), what a limit stopped (``Report.limits
 choice core, the exact stage's CPU seconds. ``--dump DIR`` also pickles each final extraction's inputs
 (``EGraphView``, roots, forced e-nodes, cost model) so :mod:`optimus_eq.extract` can be replayed on them.
 
-    PYTHONPATH=src:bridge:bench python bench/extract_cases.py [--models dlrm launch_bound] [--sizes cpu gpu]
+    PYTHONPATH=src:bridge:bench python bench/results/scale_cpu_2026-12-02g/extract_cases.py [--models dlrm launch_bound] [--sizes cpu gpu]
 
 Issue 9: no extraction in the bench may stop at a limit (ILP time budget, ``ilp_max_nodes``).
 """

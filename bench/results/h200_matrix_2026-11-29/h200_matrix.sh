@@ -2,9 +2,9 @@
 # The H200 matrix as run for bench/results/: two device calls on a 2-GPU machine (nvidia-h200-x2),
 # each running two `optimus-eq bench` processes side by side, one per GPU, under a hard time limit.
 #
-#   bench/h200_matrix.sh 1     # calibrate the cost model; inference on GPU 0 || recsys training on GPU 1
-#   bench/h200_matrix.sh 3     # re-runs (see part 3)
-#   bench/h200_matrix.sh 2     # training: launch_bound, bert, resnext50 on GPU 0 || the CNNs' inference,
+#   bench/results/h200_matrix_2026-11-29/h200_matrix.sh 1     # calibrate the cost model; inference on GPU 0 || recsys training on GPU 1
+#   bench/results/h200_matrix_2026-11-29/h200_matrix.sh 3     # re-runs (see part 3)
+#   bench/results/h200_matrix_2026-11-29/h200_matrix.sh 2     # training: launch_bound, bert, resnext50 on GPU 0 || the CNNs' inference,
 #                              # then inception_v3 training, on GPU 1
 #
 # Results land under $OUT (the device tool's output folder; default ./h200_out). Merge them here with

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 12 on the H200, one device call of about 4-5 minutes (timeout_s 360; carry .whl as in h200_session11.sh):
+# Issue 12 on the H200, one device call of about 4-5 minutes (timeout_s 360; carry .whl as in bench/results/h200_2026-12-02d/h200_session11.sh):
 #   1. 512 branches x 2 layers, batch 256: cold first call (our optimizer + packing + AOTAutograd + Inductor,
 #      each cell on an empty Inductor cache) for inference and the training step, greedy and eqsat
 #      (bench `compile_s`, split into `optimizer_s` and `inductor_s`); the bound is 60 s.
@@ -7,7 +7,7 @@
 #      fused Adam's step (bench/lb_train_kernels.py --phase measure, names per piece); the bound is 30 for
 #      forward + backward. Outputs and every gradient compared with eager in both parts.
 # Part 1 runs alone (its seconds are the point); part 2's compile seconds do not matter.
-#   OUT=$OUT bash bench/h200_session12_lb.sh
+#   OUT=$OUT bash bench/results/h200_2026-12-02e/h200_session12_lb.sh
 set -u
 OUT=${OUT:-$PWD/h200_out}; mkdir -p "$OUT"
 if ls .whl/*.whl >/dev/null 2>&1; then

@@ -2,18 +2,18 @@
 # What the H200 has left for issue 9 after session 16 (bench/results/h200_2026-12-03): why Inductor takes longer
 # to compile eqsat's Wukong training plan (scheduler 0.90 vs 0.52 s, every run). One device call (carry .whl):
 #
-#   OUT=$OUT bash bench/h200_session17.sh prof     # cProfile of one cold process per strategy, about 2 min
-#   OUT=$OUT bash bench/h200_session17.sh cause    # plan or process? greedy, eqsat, eqsat without batch_gemm_lhs
+#   OUT=$OUT bash bench/results/h200_2026-12-03c/h200_session17.sh prof     # cProfile of one cold process per strategy, about 2 min
+#   OUT=$OUT bash bench/results/h200_2026-12-03c/h200_session17.sh cause    # plan or process? greedy, eqsat, eqsat without batch_gemm_lhs
 #                                                  # and the built-in passes, 5 fresh processes each, about 7 min
-#   OUT=$OUT bash bench/h200_session17.sh gc       # greedy, eqsat without batch_gemm_lhs, eqsat: 3 x 3, GC pauses
-#   OUT=$OUT bash bench/h200_session17.sh amort    # the opt-in compile term on the H200 (eqsat-amortized1000):
+#   OUT=$OUT bash bench/results/h200_2026-12-03c/h200_session17.sh gc       # greedy, eqsat without batch_gemm_lhs, eqsat: 3 x 3, GC pauses
+#   OUT=$OUT bash bench/results/h200_2026-12-03c/h200_session17.sh amort    # the opt-in compile term on the H200 (eqsat-amortized1000):
 #                                                  # Wukong training first calls, 4 strategies x 4, about 8 min
-#   OUT=$OUT bash bench/h200_session17.sh amort_ms # and its ms per step beside eqsat's and the built-in passes'
+#   OUT=$OUT bash bench/results/h200_2026-12-03c/h200_session17.sh amort_ms # and its ms per step beside eqsat's and the built-in passes'
 #                                                  # (3 side-by-side rounds, plain and CUDA graphs), about 5 min
-#   OUT=$OUT bash bench/h200_session17.sh kernels  # which kernels Inductor generates for each plan: one cold process
+#   OUT=$OUT bash bench/results/h200_2026-12-03c/h200_session17.sh kernels  # which kernels Inductor generates for each plan: one cold process
 #                                                  # per strategy; kernels_<strategy>.txt lists the Triton kernels'
 #                                                  # names and the extern calls of the output code, ~2 min
-#   OUT=$OUT bash bench/h200_session17.sh state    # the same greedy compile after greedy / eqsat / a HiGHS solve in
+#   OUT=$OUT bash bench/results/h200_2026-12-03c/h200_session17.sh state    # the same greedy compile after greedy / eqsat / a HiGHS solve in
 #                                                  # the process (bench/compile_state.py), 4 x 3 processes, ~5 min
 #
 # amort, amort_ms and kernels ran in session 18 (bench/results/h200_2026-12-03c).
@@ -67,7 +67,7 @@ PY
   amort_ms)
     TAG=amort JOBS=6 ROUNDS=3 ITERS=30 PREWARM_LIMIT=150 BUDGET=240 EXTRA="--modes train" \
       STRATS=inductor-optimus,greedy,eqsat,eqsat-amortized1000,eqsat-cudagraphs,eqsat-cudagraphs-amortized1000 \
-      bash bench/h200_matrix_1gpu.sh "wukong" ;;
+      bash bench/results/h200_2026-12-03c/h200_matrix_1gpu.sh "wukong" ;;
   kernels)
     for s in ${STRATS:-inductor-optimus greedy eqsat eqsat-amortized1000}; do
       cache=$(mktemp -d)

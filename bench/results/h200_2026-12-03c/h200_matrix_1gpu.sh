@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 15's H200 matrix on ONE GPU (nvidia-h200), one device call per model group:
 #
-#   bench/h200_matrix_1gpu.sh "dhen wukong interformer"     # call 1
-#   bench/h200_matrix_1gpu.sh "dlrm launch_bound bert"      # call 2
+#   bench/results/h200_2026-12-03c/h200_matrix_1gpu.sh "dhen wukong interformer"     # call 1
+#   bench/results/h200_2026-12-03c/h200_matrix_1gpu.sh "dlrm launch_bound bert"      # call 2
 #
 # Each call first compiles every cell once, $JOBS processes at a time, into one Inductor cache
 # (`optimus-eq bench --prewarm`, run alone: `--time-budget 0` times nothing), then runs the timed matrix

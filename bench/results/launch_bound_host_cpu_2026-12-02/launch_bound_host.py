@@ -19,7 +19,7 @@ parameter) and our ``PackedStacksBackward``, ``Optimizer.step#Adam.step``); the 
 per recorded op, so its milliseconds are inflated and only comparable with each other. ``phase_ms_median`` /
 ``phase_cpu_ms_median``: the same phases timed (wall / thread CPU) in the unprofiled steps. Gradients and loss of the first step are checked against an eager copy.
 
-    PYTHONPATH=src:bridge:bench python bench/launch_bound_host.py --branches 128 \\
+    PYTHONPATH=src:bridge:bench python bench/results/launch_bound_host_cpu_2026-12-02/launch_bound_host.py --branches 128 \\
         --strategies eager inductor-optimus greedy eqsat
 """
 

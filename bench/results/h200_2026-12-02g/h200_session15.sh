@@ -2,11 +2,11 @@
 # What the H200 has left to measure after session 14 (bench/results/h200_2026-12-02f), one device call per step,
 # in priority order (30 device minutes a session; carry .whl):
 #
-#   OUT=$OUT bash bench/h200_session15.sh bertk    # issue 15: per-kernel GPU times of BERT's training step, Inductor
+#   OUT=$OUT bash bench/results/h200_2026-12-02g/h200_session15.sh bertk    # issue 15: per-kernel GPU times of BERT's training step, Inductor
 #                                                  #   alone against eqsat (eqsat is 1.3% slower there: which kernels?)
-#   OUT=$OUT bash bench/h200_session15.sh bertt    # issue 15: where the GPU idles in that step (kernel time is lower)
-#   OUT=$OUT bash bench/h200_session15.sh ct       # issue 9: Wukong's cold first calls again (after the cold-start cuts)
-#   OUT=$OUT bash bench/h200_session15.sh bert     # issue 15: BERT rows, 5 side-by-side rounds, after a fix
+#   OUT=$OUT bash bench/results/h200_2026-12-02g/h200_session15.sh bertt    # issue 15: where the GPU idles in that step (kernel time is lower)
+#   OUT=$OUT bash bench/results/h200_2026-12-02g/h200_session15.sh ct       # issue 9: Wukong's cold first calls again (after the cold-start cuts)
+#   OUT=$OUT bash bench/results/h200_2026-12-02g/h200_session15.sh bert     # issue 15: BERT rows, 5 side-by-side rounds, after a fix
 #
 # The device tool returns at most 8 files a call: each step writes fewer.
 set -u
@@ -34,6 +34,6 @@ case "$step" in
       >"$OUT/lb_train_cg.txt" 2>&1 ;;
   bert)    # about 4 min
     TAG=bert5 JOBS=4 ROUNDS=5 PREWARM_LIMIT=100 BUDGET=150 \
-      STRATS=inductor,inductor-cudagraphs,greedy,eqsat,eqsat-cudagraphs bash bench/h200_matrix_1gpu.sh bert ;;
+      STRATS=inductor,inductor-cudagraphs,greedy,eqsat,eqsat-cudagraphs bash bench/results/h200_2026-12-03c/h200_matrix_1gpu.sh bert ;;
   *) echo "unknown step $step" >&2; exit 2 ;;
 esac

@@ -2,11 +2,11 @@
 # What the H200 has left to measure after session 15 (bench/results/h200_2026-12-02g), one device call per step
 # (30 device minutes a session; carry .whl):
 #
-#   OUT=$OUT bash bench/h200_session16.sh ct        # issue 9: Wukong's cold first calls, 5 fresh processes per cell
+#   OUT=$OUT bash bench/results/h200_2026-12-03/h200_session16.sh ct        # issue 9: Wukong's cold first calls, 5 fresh processes per cell
 #                                                   #   (3 were too few: single cold compiles differ by 1-2 s)
-#   OUT=$OUT bash bench/h200_session16.sh ctp       # Wukong training only, with compile phases and the kept caches
+#   OUT=$OUT bash bench/results/h200_2026-12-03/h200_session16.sh ctp       # Wukong training only, with compile phases and the kept caches
 #                                                   #   Triton kernels summarized (why eqsat's Inductor compile is longer)
-#   OUT=$OUT bash bench/h200_session16.sh cgall     # the CUDA-graph columns of every model again, greedy and eqsat,
+#   OUT=$OUT bash bench/results/h200_2026-12-03/h200_session16.sh cgall     # the CUDA-graph columns of every model again, greedy and eqsat,
 #                                                   #   after the packing rule (backend.grad_packing_pays)
 #
 # The device tool returns at most 8 files a call: each step writes fewer.
@@ -38,6 +38,6 @@ PY
   cgall)   # about 6 min
     TAG=cgall JOBS=8 ROUNDS=3 ITERS=30 PREWARM_LIMIT=200 BUDGET=250 \
       STRATS=inductor-cudagraphs,greedy-cudagraphs,eqsat-cudagraphs \
-      bash bench/h200_matrix_1gpu.sh "dhen wukong interformer dlrm launch_bound bert" ;;
+      bash bench/results/h200_2026-12-03c/h200_matrix_1gpu.sh "dhen wukong interformer dlrm launch_bound bert" ;;
   *) echo "unknown step $step" >&2; exit 2 ;;
 esac
