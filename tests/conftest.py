@@ -188,6 +188,28 @@ def junk_after(report) -> int:
     return sum(report.ops_after.get(k, 0) for k in JUNK)
 
 
+# -- programs shared by several test files ---------------------------------------------------------
+
+class FieldLinears(torch.nn.Module):
+    """``FIELDS`` per-field ``Linear(DIM, DIM)`` + tanh between a split of a ``[B, FIELDS * DIM]`` input and a
+    cat: one batch_linear group (whose weight and bias stacks parameter packing packs)."""
+
+    DIM, FIELDS = 8, 5
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.ModuleList(torch.nn.Linear(self.DIM, self.DIM) for _ in range(self.FIELDS))
+
+    def forward(self, x):
+        xs = torch.split(x, self.DIM, 1)
+        return torch.cat([torch.tanh(self.lin[i](xs[i])) for i in range(self.FIELDS)], 1)
+
+
+def two_gemms_one_lhs(x, a, b):
+    """Two GEMMs of one input (a batch_gemm_lhs group) with a pointwise chain after each."""
+    return torch.sigmoid(x @ a) * 2 + torch.sigmoid(x @ b) * 3
+
+
 @pytest.fixture
 def no_compile_cache():
     """Inductor's FX graph cache and AOTAutograd's cache would replay an earlier run's compiled graph

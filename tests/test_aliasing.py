@@ -288,3 +288,29 @@ def test_random_programs_on_aliased_inputs(seed, strategy):
         assert_same_tensor(a, e, f"output {i} of {steps}")
     assert torch.equal(ours, base), steps
     assert _sharing(actual, ours) == _sharing(expected, base), steps
+
+
+# Found: ``F.batch_norm(training=True)`` / ``F.instance_norm(use_input_stats=True)`` given running statistics write
+# them in place, but no schema says so (a Python function; the builtin and aten ``batch_norm`` schemas do not mark
+# them), so a read of ``running_mean`` before the norm (``tanh(running_mean)``) was batched with a tanh after it and
+# read the updated statistics: a silently wrong output. (``nn.BatchNorm`` hid it: its ``num_batches_tracked.add_(1)``
+# freezes every input anyway; ``nn.InstanceNorm(track_running_stats=True)`` and ``F.batch_norm`` did not.) Fixed in
+# effects.py (``updates_running_stats``: such a norm is a mutation).
+@pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
+@pytest.mark.parametrize("norm", ["batch_norm", "instance_norm"])
+def test_a_read_of_running_stats_before_a_training_norm_is_not_moved_past_it(strategy, norm):
+    import torch.nn.functional as F
+    from conftest import check
+
+    def f(x, running_mean, running_var, y):
+        before = torch.tanh(running_mean)
+        if norm == "batch_norm":
+            z = F.batch_norm(x, running_mean, running_var, training=True)
+        else:
+            z = F.instance_norm(x, running_mean, running_var, use_input_stats=True)
+        return before, torch.tanh(y + z.sum()), z
+
+    g = torch.Generator().manual_seed(0)
+    inputs = [torch.randn(8, 4, 3, generator=g), torch.randn(4, generator=g), torch.rand(4, generator=g) + 0.5,
+              torch.randn(4, generator=g)]
+    check(f, inputs, strategy, grad=False, pattern_options={"batch_tanh": {"min_fuse_set_size": 2}})

@@ -16,6 +16,7 @@ import torch
 import optimus_eq
 from optimus_bench import measure, output, runner, strategies
 from optimus_bench.models import MODELS, ModelUnavailable, build
+from optimus_eq.cost import GPUCostModel
 import oracle
 
 RECSYS = ("dhen", "wukong", "interformer", "dlrm", "launch_bound")
@@ -505,6 +506,52 @@ def test_amortized_strategy_keeps_its_compile_term_on_calibrated_constants(monke
     (strat,) = strategies.resolve(["eqsat-amortized100"])
     strat.compile(torch.nn.Linear(2, 2), {"cost_model": calibrated})
     assert seen[-1]["cost_model"] == calibrated.amortized(100)
+
+
+def test_amortized_and_without_names_compose_in_either_order_alone():
+    """``eqsat-without-p-amortized5`` failed ("not pre-grad pattern(s) ['p-amortized5']") and
+    ``eqsat-amortized5-without-p`` resolved only when ``eqsat-amortized5`` was named before it."""
+    for name in ("eqsat-without-batch_gemm_lhs-amortized5", "eqsat-amortized5-without-batch_gemm_lhs",
+                 "greedy-cudagraphs-without-batch_gemm_lhs+batch_linear_lhs-amortized7"):
+        (s,) = strategies.resolve([name])
+        model = s.backend_options["cost_model"]
+        calls = 7 if name.startswith("greedy") else 5
+        expect = (GPUCostModel.cudagraph() if s.cudagraphs else GPUCostModel()).amortized(calls)
+        assert model == expect, name
+        assert "batch_gemm_lhs" not in s.backend_options["patterns"] and s.backend_options["patterns"]
+        assert s.optimus_strategy == name.split("-")[0]
+
+
+def test_amortized_names_take_plain_ascii_counts_only():
+    """``\\d`` took Arabic-Indic digits (``eqsat-amortized١٠`` ran as N = 10), ``eqsat-amortized01`` was a
+    second name of ``eqsat-amortized1`` (results are keyed by name), and an N too large for a float raised an
+    OverflowError instead of the ValueError ``resolve`` documents."""
+    with pytest.raises(ValueError, match="unknown strategy"):
+        strategies.resolve(["eqsat-amortized\u0661\u0660"])
+    with pytest.raises(ValueError, match="leading zeros"):
+        strategies.resolve(["eqsat-amortized01"])
+    (s,) = strategies.resolve(["eqsat-amortized" + "9" * 400])
+    assert s.backend_options["cost_model"].compile_us == 0.0
+    with pytest.raises(ValueError, match="N > 0"):
+        strategies.resolve(["eqsat-without-batch_gemm_lhs-amortized0"])
+
+
+def test_a_calibrated_cost_model_keeps_the_amortized_strategys_compile_term(monkeypatch, tmp_path):
+    """``optimus-eq bench --cost-model cal.json --strategies eqsat-amortized1000``: the runner hands the
+    calibrated model to ``Strategy.compile``, whose ``{**backend_options, **optimus_options}`` replaced the
+    strategy's amortized model: the cell ran the per-call model under the amortized name."""
+    seen = []
+    monkeypatch.setattr(strategies.optimus_eq, "backend", lambda **kw: seen.append(kw) or "backend")
+    monkeypatch.setattr(strategies.torch, "compile", lambda m, **kw: m)
+    cal = {"launch_us": 10.0, "bytes_per_us": 1e6, "launch_us_cudagraph": 1.5}
+    opts = {"cost_model": GPUCostModel.from_calibration(cal),
+            "cost_model_cudagraph": GPUCostModel.from_calibration(cal, execution="cudagraph")}
+    plain, graphs, per_call = strategies.resolve(["eqsat-amortized1000", "eqsat-cudagraphs-amortized10", "eqsat"])
+    for s in (plain, graphs, per_call):
+        s.compile(torch.nn.Linear(2, 2), dict(opts))
+    assert seen[0]["cost_model"] == GPUCostModel.from_calibration(cal).amortized(1000)
+    assert seen[1]["cost_model"] == GPUCostModel.from_calibration(cal, execution="cudagraph").amortized(10)
+    assert seen[2]["cost_model"] == GPUCostModel.from_calibration(cal)  # no compile term where none was asked
 
 
 @pytest.mark.parametrize("flag, warmed", [([], True), (["--no-warm-up"], False)])

@@ -297,3 +297,38 @@ def test_optimize_covers_every_graph_of_a_graph_break(model_file, tmp_path, caps
     assert next(line for line in text.splitlines() if line.startswith("graphs captured")).split()[-2:] == ["2", "2"]
     code = (out / "greedy.py").read_text()
     assert "# graph 0 (pre_grad), strategy greedy" in code and "# graph 1 (pre_grad), strategy greedy" in code
+
+
+# -- bad arguments exit 2 before anything runs ---------------------------------------------------------------
+
+# Found: ``optimus-eq optimize --rtol -1`` (or ``--atol nan``) compiled every strategy and then reported each as
+# ERROR (assert_close refuses a negative tolerance), exit code 1 as if a strategy had failed; ``demo --warmup -1``
+# ran with no warmup and printed "timing -1 warmup". Fixed in cli.py (checked with the other counts: exit code 2
+# before anything runs).
+@pytest.mark.parametrize("argv", [["optimize", "model.py:make", "--rtol", "-1"],
+                                  ["explain", "model.py:make", "--atol", "nan"],
+                                  ["demo", "--warmup", "-1"],
+                                  ["bench", "--rounds", "0"]])
+def test_bad_numbers_on_the_command_line_exit_2_before_anything_runs(argv, capsys):
+    from optimus_eq.cli import main
+
+    assert main(argv) == 2
+    assert "must be at least" in capsys.readouterr().err
+
+
+# Found: ``optimus-eq optimize --out FILE`` (an existing file, not a folder) ran every strategy and then died with
+# a FileExistsError traceback (exit code 1, as for "differs from eager"); ``explain --html DIR`` likewise with
+# IsADirectoryError. Fixed in cli.py (_check_paths: exit code 2 with a message before anything runs).
+@pytest.mark.parametrize("command", ["optimize", "explain"])
+def test_an_output_path_of_the_wrong_kind_exits_2_before_anything_runs(command, tmp_path, capsys):
+    from optimus_eq.cli import main
+
+    model = tmp_path / "m.py"
+    model.write_text("raise SystemExit('the model file was imported')\n")
+    if command == "optimize":
+        (tmp_path / "a_file").write_text("")
+        argv = ["optimize", f"{model}:make", "--out", str(tmp_path / "a_file")]
+    else:
+        argv = ["explain", f"{model}:make", "--html", str(tmp_path)]
+    assert main(argv) == 2
+    assert "is a" in capsys.readouterr().err

@@ -5,11 +5,13 @@ is compared with eager (values and gradients, conftest.check)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import check, rand
+from conftest import check, rand, two_gemms_one_lhs as _two_gemms_one_lhs
 from optimus_eq.cost import COMPILE_S_PER_KERNEL, GPUCostModel
 
 
@@ -66,3 +68,46 @@ def test_a_short_horizon_keeps_the_gemms_the_per_call_model_merges():
         plans[name] = (res.report.patterns_fired.get("batch_gemm_lhs", 0), res.gm2.code)
     assert plans["per call"][0] > 0 and plans["100 calls"][0] == 0
     assert plans["1e9 calls"] == plans["per call"]  # a long horizon is the per-call model
+
+
+def test_amortized_rejects_a_compile_term_that_is_not_finite():
+    """``amortized(1e-310)`` gave ``compile_us = inf`` (accepted: ``inf >= 0``); every plan then cost inf, the
+    ILP gave up ("ilp status Unknown") and any plan was "optimal". Now a ValueError, like calls <= 0."""
+    for bad in (lambda: GPUCostModel().amortized(1e-310), lambda: GPUCostModel().amortized(1, float("inf")),
+                lambda: GPUCostModel(compile_us=float("inf")), lambda: GPUCostModel.cudagraph(compile_us=float("inf"))):
+        with pytest.raises(ValueError, match="finite"):
+            bad()
+    # an int too large for a float (a strategy name's N): the per-call model, not an OverflowError
+    assert GPUCostModel().amortized(10 ** 400).compile_us == 0.0
+    assert GPUCostModel().amortized(float("inf")).compile_us == 0.0
+    m = GPUCostModel().amortized(10)
+    assert dataclasses.replace(m, packed_parameters=True).compile_us == m.compile_us == 20000.0
+
+
+def test_a_tensor_or_numpy_count_gives_a_float_compile_term():
+    """``amortized(torch.tensor(10))`` (a step count read off a tensor) and ``GPUCostModel(compile_us=tensor)``
+    kept the tensor: every generated kernel's cost, and ``report.cost_after``, became a float32 tensor
+    (1400260.75 for a 1400260.7x us plan)."""
+    import numpy as np
+
+    for model in (GPUCostModel().amortized(torch.tensor(10)), GPUCostModel().amortized(np.int64(10)),
+                  GPUCostModel(compile_us=torch.tensor(20000.0))):
+        assert type(model.compile_us) is float and model == GPUCostModel().amortized(10)
+    ins = [rand(1, 6, seed=1), rand(6, 2, seed=2), rand(6, 2, seed=3)]
+    r = check(_two_gemms_one_lhs, ins, "eqsat", cost_model=GPUCostModel(compile_us=torch.tensor(200000.0))).report
+    assert type(r.cost_after) is float and type(r.cost_before) is float
+    with pytest.raises(TypeError, match="a number"):
+        GPUCostModel(compile_us="5")
+
+
+def test_grad_packing_prices_the_copy_kernel_it_saves_with_the_compile_term():
+    """Under CUDA graphs the backend packs stacks with gradients only where their copy kernels cost more than
+    packing's host time (``grad_packing_pays``); the copy is a kernel Inductor generates, so with
+    ``compile_us`` it costs its first-call compile too, as extraction prices it (it used ``launch_us``)."""
+    from optimus_bridge.backend import PACK_HOST_US_CUDAGRAPH, grad_packing_pays
+
+    small = [[torch.nn.Parameter(torch.zeros(4, 4)) for _ in range(3)]]
+    assert not grad_packing_pays(small, GPUCostModel.cudagraph())
+    assert GPUCostModel.cudagraph().amortized(100).compile_us > PACK_HOST_US_CUDAGRAPH
+    assert grad_packing_pays(small, GPUCostModel.cudagraph().amortized(100))
+    assert not grad_packing_pays(small, GPUCostModel.cudagraph().amortized(1e9))

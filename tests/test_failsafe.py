@@ -4,6 +4,7 @@ arguments raise ValueError naming the valid choices; limits cut the search witho
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import pytest
@@ -12,6 +13,8 @@ import torch
 import optimus_eq
 from conftest import STRATEGIES, check, dynamo_graph, rand
 import oracle
+
+_rand = functools.partial(rand, seed=0)  # conftest's rand, seeded: seed 0 unless given
 
 
 def model(x):
@@ -124,6 +127,60 @@ def test_inductor_failure_on_optimized_graph_compiles_original(monkeypatch):
     assert len(calls) == 2 and calls[0] is not calls[1]
     torch.testing.assert_close(out, model(x))
     assert "inductor" in (optimus_eq.last_reports[-1].fallback or "")
+
+
+class _Norms(torch.nn.Module):
+    """Per-field LayerNorms (batch_layernorm: their weights and biases become packable stacks)."""
+
+    def __init__(self, fields: int = 3, dim: int = 4) -> None:
+        super().__init__()
+        self.dim = dim
+        self.norms = torch.nn.ModuleList([torch.nn.LayerNorm(dim) for _ in range(fields)])
+
+    def forward(self, x):
+        return torch.cat([n(p).relu() for p, n in zip(x.split(self.dim, 1), self.norms)], 1)
+
+
+# Found: when Inductor fails on the optimized graph the backend compiles the original one instead (one warning);
+# but parameter packing had already moved the parameters into their buffers (a storage offset Dynamo's symbolic
+# context does not know), and compile_fx of the original graph raised ``int(sym)=0 != hint=4``: a crash
+# (BackendCompilerFailed) instead of the promised fallback. Now the fallback compiles with detached aliases of the
+# moved parameters, as packing does for the packed graph's kept inputs.
+@pytest.mark.parametrize("train", [False, True])
+def test_inductor_failure_on_a_packed_graph_falls_back_to_the_original(monkeypatch, no_compile_cache, train):
+    import copy
+
+    import torch._inductor.compile_fx as cfx
+
+    real, calls = cfx.compile_fx, []
+
+    def failing_once(gm, example_inputs, config_patches=None, **kw):
+        calls.append(gm)
+        if len(calls) == 1:
+            raise RuntimeError("inductor says no")
+        return real(gm, example_inputs, config_patches=config_patches, **kw)
+
+    monkeypatch.setattr(cfx, "compile_fx", failing_once)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = _Norms()
+    eager = copy.deepcopy(model)
+    compiled = torch.compile(model, backend=optimus_eq.backend(
+        strategy="greedy", pattern_options={"batch_layernorm": {"min_fuse_set_size": 2}}))
+    x = _rand(4, 12)
+    with warnings.catch_warnings(record=True) as caught, torch.set_grad_enabled(train):
+        warnings.simplefilter("always")
+        got, want = compiled(x), eager(x)
+    ours = [str(w.message) for w in caught if "optimus_eq" in str(w.message)]
+    assert len(ours) == 1 and "inductor says no" in ours[0], ours
+    assert len(calls) >= 2 and calls[1] is not calls[0]  # compile_fx re-enters itself with the config patches
+    assert any(n.startswith("parameter packing") for n in optimus_eq.last_reports[-1].notes)
+    torch.testing.assert_close(got, want)
+    if train:
+        (got * torch.arange(12.0)).sum().backward()
+        (want * torch.arange(12.0)).sum().backward()
+        for p, q in zip(model.parameters(), eager.parameters()):
+            torch.testing.assert_close(p.grad, q.grad)
 
 
 def test_unknown_strategy_raises_listing_valid_names():

@@ -84,3 +84,23 @@ def test_gemv_not_on_cpu_by_default_nor_for_two_outputs(strategy):
     head2, f2 = _head_model(True, out=2)
     r = check(f2, xs, strategy, registry=_cpu_registry()).report
     assert r.ops_after["linear"] == 1 and r.rule_matches["decompose_gemv_pass"] == 0
+
+
+@pytest.mark.xfail(strict=True, reason="decompose_gemv_pass emits torch.mul/sum/add nodes, which autocast leaves "
+                   "in float32; a fix needs one call that is F.linear under a runtime autocast (as bmm_add does)")
+def test_gemv_under_runtime_autocast_keeps_the_autocast_dtype():
+    """Symptom: a float32 graph whose ``Linear(16, 1)`` became ``sum(x * w, -1, keepdim=True) + b``
+    (decompose_gemv_pass; CUDA/XPU by default, CPU here through tests/test_gemv.py's registry), run inside
+    ``torch.autocast(bfloat16)``, returns float32 where eager's linear returns bfloat16 (mul and sum are not
+    autocast ops). Same class as test_bmm_add.py's autocast test."""
+    torch.manual_seed(0)
+    head = torch.nn.Linear(16, 1)
+
+    def f(x):
+        return head(torch.tanh(x))
+
+    gm, ex = dynamo_graph(f, rand(4, 16, seed=3))
+    gm2, report = optimus_eq.optimize(gm, ex, strategy="greedy", registry=_cpu_registry())
+    assert report.rule_matches["decompose_gemv_pass"] == 1
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert gm2(*ex)[0].dtype == gm(*ex)[0].dtype == torch.bfloat16

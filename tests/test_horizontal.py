@@ -81,6 +81,25 @@ def test_detach_outputs_are_left_alone(strategy):
     assert "batch_detach" not in r.rule_matches  # eager's detach aliases its input
 
 
+def _detached_views(a, b, c):
+    d = [a.detach(), b.detach(), c.detach()]
+    return torch.cat([v.tanh() for v in d], 1), d[0].view(-1), d[1].t()
+
+
+# Found: batch_detach leaves graph outputs alone (eager's detach aliases its input), but not a detach that an
+# output views: the fused detach made ``d[0].view(-1)`` a view of a new tensor where eager's viewed the input
+# ``a``; lowering raised LoweringError and the whole graph fell back with a warning (every other rewrite lost).
+# Now an output's view chain counts as output for the horizontal round (bridge/optimus_bridge/eager_terms.py).
+@pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
+def test_detaches_viewed_by_outputs_do_not_make_the_graph_fall_back(strategy):
+    from conftest import check
+
+    options = {name: {"min_fuse_set_size": 2} for name in ("batch_detach", "batch_tanh")}
+    args = [torch.randn(3, 4, generator=torch.Generator().manual_seed(i)) for i in range(3)]
+    checked = check(_detached_views, args, strategy, trace_grad=True, pattern_options=options)
+    assert checked.report.fallback is None
+
+
 def test_shapes_and_attributes_split_groups(strategy):
     def f(a, b, c, d, e, g, h, i, j):
         return ([torch.clamp(t, 0, 1) * 2 for t in (a, b, c)] + [torch.clamp(t, -1, 1) * 2 for t in (d, e, g)]

@@ -327,3 +327,23 @@ def test_squeeze_is_lowered_as_squeeze(strategy):
     c = check(f, [torch.randn(3, 4, 2), torch.randn(3, 2, 1)], strategy)
     targets = [n.target for n in c.gm2.graph.nodes]
     assert torch.squeeze in targets and torch.reshape not in targets, c.gm2.code
+
+
+# Found: a graph with a data-dependent size (``nonzero``, ``.item()`` under capture_scalar_outputs / dynamic output
+# shapes: jagged features) fell back whole with "lower failed: GuardOnDataDependentSymNode ... 3*u1 > 1": the
+# lowering's output-stride check guarded on ``numel() > 1`` and on each size being 1 (lower_outputs.fix_strides).
+# Values were right (the original graph ran), but every such graph lost the optimization and warned. Fixed in
+# lower_outputs.py (guard_or_true / guard_or_false: an unknown size is assumed observable, never guarded on).
+@pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
+def test_a_data_dependent_size_does_not_make_the_lowering_fall_back(strategy):
+    from conftest import check
+
+    def f(x):
+        rows = x[torch.nonzero(x[:, 0] > 0).squeeze(1)]  # [u0, 3]
+        a, b = rows.split([1, 2], 1)
+        return torch.cat([a, b], 1).tanh(), rows.relu()
+
+    x = torch.randn(6, 3, generator=torch.Generator().manual_seed(0))
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        c = check(f, [x], strategy)  # no fallback, no warning, values / strides / gradients as eager
+    assert c.report.patterns_fired, "nothing was rewritten (the lowering did not run)"  # ops of size u0 stay as they are

@@ -11,6 +11,7 @@ float64 oracle of tests/oracle.py). One test goes through Inductor for real.
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import pytest
@@ -20,13 +21,14 @@ from torch.utils._pytree import tree_leaves
 
 import optimus_eq
 import oracle
-from conftest import dynamo_graph
+from conftest import dynamo_graph, rand
 from optimus_bench.models import build
 
 REC_MODELS = ("dhen", "wukong", "interformer", "dlrm", "launch_bound")
 #: the compute ops a rewrite of these models changes (junk is compared as junk removed)
 COMPUTE = ("linear", "layer_norm", "baddbmm", "bmm", "addcmul", "tanh", "relu", "cat", "stack", "split", "unbind",
            "narrow", "select", "reshape", "permute")
+_rand = functools.partial(rand, seed=0)  # conftest's rand, seeded: seed 0 unless given
 
 
 def _resize(x, batch: int, size: int):
@@ -232,3 +234,95 @@ def test_inductor_dynamic_true():
     reports = list(optimus_eq.last_reports)
     assert reports and all(r.fallback is None for r in reports)
     assert reports[-1].rule_matches["batch_linear"] and reports[-1].rule_matches["split_cat_pass"]
+
+
+# -- symbolic output features, transposed outputs of rewritten values ----------------------------------------
+
+def _optimize_quietly(gm, example_inputs, strategy, **options):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gm2, report = optimus_eq.optimize(gm, example_inputs, strategy=strategy, **options)
+    ours = [str(w.message) for w in caught if "optimus_eq" in str(w.message)]
+    assert report.fallback is None and not ours, (report.fallback, ours)
+    return gm2, report
+
+
+# Found: linears reading one input whose weights are graph inputs, compiled with ``dynamic=True``: Dynamo makes the
+# weights' output-feature counts symbolic, batch_linear_lhs grouped them anyway and summed the symbolic tokens
+# (negative integers) into the narrows' starts and lengths, and lowering failed ("narrow(): length must be
+# non-negative"): the whole graph fell back to the original with a warning, every other rewrite lost.
+@pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
+def test_linears_of_one_input_with_symbolic_output_features_do_not_make_the_graph_fall_back(strategy):
+    def f(x, w0, w1, w2, b0, b1, b2):
+        return torch.cat([F.linear(x, w, b) for w, b in ((w0, b0), (w1, b1), (w2, b2))], -1).tanh()
+
+    args = [_rand(4, 5), _rand(3, 5, seed=1), _rand(4, 5, seed=2), _rand(2, 5, seed=3), _rand(3, seed=4),
+            _rand(4, seed=5), _rand(2, seed=6)]
+    gm, ex = dynamo_graph(f, *args, dynamic=True)
+    gm2, _ = _optimize_quietly(gm, ex, strategy, pattern_options={"batch_linear_lhs": {"min_fuse_set_size": 2}})
+    torch.testing.assert_close(gm2(*ex), gm(*ex))
+
+
+def _transposed_outputs_of_fused_ops(x, w1, w2):
+    """Two linears of one input (batch_linear_lhs) and tanhs of an unbind (pointwise_through_slice, batch_tanh):
+    each output a transposed view of a value the rewrite computes as a narrow or select of a wider one."""
+    a, b = x.unbind(1)
+    return F.linear(a, w1).t(), F.linear(a, w2).t(), a.tanh().t(), b.tanh().t()
+
+
+# Found: with a symbolic batch (the recompile ``torch.compile``'s default ``dynamic=None`` makes at the second batch
+# size, ``mark_dynamic``, ``dynamic=True``) an output whose eager layout is a transposed new tensor (strides
+# ``(1, s0)``) and whose rewritten value is a view of a wider one (``(1, 2 * s0)``) needs a copy with eager's
+# strides; the stride fix took only static layouts and raised LoweringError: the whole graph fell back with a
+# warning (static batch: optimized). Now a permuted contiguous layout is copied as permute, clone, permute back.
+@pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
+def test_transposed_outputs_under_a_symbolic_batch_are_optimized_with_eager_strides(strategy):
+    options = {name: {"min_fuse_set_size": 2} for name in ("batch_linear_lhs", "batch_tanh")}
+    w1, w2 = _rand(3, 6, seed=1), _rand(2, 6, seed=2)
+    optimus_eq.last_reports.clear()
+    compiled = torch.compile(_transposed_outputs_of_fused_ops,
+                             backend=optimus_eq.backend(strategy=strategy, compile=False, pattern_options=options))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for batch in (5, 7, 9):  # 7: Dynamo recompiles with a symbolic batch, which 9 reuses
+            x = _rand(batch, 2, 6, seed=batch)
+            got, want = compiled(x, w1, w2), _transposed_outputs_of_fused_ops(x, w1, w2)
+            for g, e in zip(got, want):
+                assert g.stride() == e.stride()
+                torch.testing.assert_close(g, e)
+    assert not [w for w in caught if "optimus_eq" in str(w.message)], [str(w.message) for w in caught]
+    assert len(optimus_eq.last_reports) == 2 and all(r.fallback is None for r in optimus_eq.last_reports)
+    assert optimus_eq.last_reports[-1].patterns_fired["batch_linear_lhs"] == 1
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
+def test_post_grad_transposed_outputs_under_a_symbolic_batch_are_optimized_with_eager_strides(strategy):
+    """The same at Aten-IR: AOTAutograd's forward graph under ``dynamic=True`` (the post-grad pass)."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._inductor.decomposition import select_decomp_table
+
+    def f(x):
+        a, b, c = x.unbind(1)
+        return torch.cat([a, b, c], 1).t(), (a * 2).t(), (b * 2).t()
+
+    pass_ = optimus_eq.post_grad_pass(strategy)
+    fallbacks = []
+
+    def compiler(gm, example_inputs):
+        pass_(gm.graph)
+        fallbacks.append(optimus_eq.last_reports[-1].fallback)
+        gm.recompile()
+        return make_boxed_func(gm)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, dynamic=True, backend=aot_autograd(
+        fw_compiler=compiler, bw_compiler=compiler, decompositions=select_decomp_table()))
+    for batch in (5, 7):
+        x = _rand(batch, 3, 4, seed=batch).requires_grad_()
+        got, want = compiled(x), f(x)
+        for g, e in zip(got, want):
+            assert g.stride() == e.stride()
+            torch.testing.assert_close(g, e)
+        sum(o.sum() for o in got).backward()
+    assert fallbacks and all(f is None for f in fallbacks), fallbacks

@@ -1,5 +1,8 @@
-"""Breaker session 15 (parameter packing through one autograd node per call, ``PackedStacks``; stacks with
-gradients left to the graph under CUDA graphs, ``grad_packing_pays``): what it found, and what it pinned.
+"""Parameter packing under autograd: the packs of a call are one autograd node (``PackedStacks``), which gives a
+pack that gets no gradient None for its parameters; the saved-tensor version check raises for a write into a
+parameter between forward and backward exactly where eager's does (packs sharing a storage, a parameter saved
+unstacked, a re-pack racing a call); a non-reentrant checkpoint saves what eager saves; under CUDA graphs stacks
+with gradients may be left to the graph (``grad_packing_pays``).
 
 Every check is differential against eager in float64: values, gradients (None stays None), raised errors.
 The models are per-branch ``nn.LayerNorm`` + ``nn.Linear`` layers on pieces of a split input (what the

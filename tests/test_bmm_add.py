@@ -1,16 +1,21 @@
-"""Reproducers of bugs found by breaking what landed on 2026-12-01 (bmm_add, decompose_gemv_pass, the lowering's
-and translation's module split, greedy's restore_subsumed retry). One test per bug; the docstring names the
-symptom."""
+"""bmm_add (src/optimus_eq/horizontal/linear.py), batch_linear's fused op for float32 / float64 biased linears:
+``bmm(mat1, mat2) + bias``, and ``baddbmm`` where eager's linear would give another dtype or the add cannot be
+traced. A graph optimized from float32 values and run under ``torch.autocast`` keeps the autocast dtype; a graph
+calling it pickles and traces; a model on the meta device (where ``torch.is_autocast_enabled`` raises) is
+optimized."""
 
 from __future__ import annotations
 
 import pickle
+import warnings
 
 import pytest
 import torch
 
 import optimus_eq
-from conftest import dynamo_graph, rand
+from conftest import FieldLinears as _Fields, dynamo_graph, rand
+
+D, N = _Fields.DIM, _Fields.FIELDS
 
 #: batch_linear fires from two members
 SMALL = {"pattern_options": {"batch_linear": {"min_fuse_set_size": 2}, "batch_linear_lhs": {"min_fuse_set_size": 2},
@@ -57,23 +62,19 @@ def test_graph_with_bmm_add_pickles_and_traces():
         torch.testing.assert_close(again(*ex)[0], gm(*ex)[0])
 
 
-@pytest.mark.xfail(strict=True, reason="decompose_gemv_pass emits torch.mul/sum/add nodes, which autocast leaves "
-                   "in float32; a fix needs one call that is F.linear under a runtime autocast (as bmm_add does)")
-def test_gemv_under_runtime_autocast_keeps_the_autocast_dtype():
-    """Symptom: a float32 graph whose ``Linear(16, 1)`` became ``sum(x * w, -1, keepdim=True) + b``
-    (decompose_gemv_pass; CUDA/XPU by default, CPU here through tests/test_gemv.py's registry), run inside
-    ``torch.autocast(bfloat16)``, returns float32 where eager's linear returns bfloat16 (mul and sum are not
-    autocast ops). Same class as the bmm_add test above."""
-    from test_gemv import _cpu_registry
-
-    torch.manual_seed(0)
-    head = torch.nn.Linear(16, 1)
-
-    def f(x):
-        return head(torch.tanh(x))
-
-    gm, ex = dynamo_graph(f, rand(4, 16, seed=3))
-    gm2, report = optimus_eq.optimize(gm, ex, strategy="greedy", registry=_cpu_registry())
-    assert report.rule_matches["decompose_gemv_pass"] == 1
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert gm2(*ex)[0].dtype == gm(*ex)[0].dtype == torch.bfloat16
+@pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
+def test_a_model_on_the_meta_device_is_optimized(strategy):
+    """The batched linear's ``bmm_add`` asks ``torch.is_autocast_enabled(device_type)``, which raises for
+    ``meta``: a model built on the meta device (shape and memory planning) fell back ("unknown device type for
+    autocast")."""
+    with torch.device("meta"):
+        model = _Fields()
+    compiled = torch.compile(model, backend=optimus_eq.backend(strategy, compile=False))
+    x = torch.empty(4, N * D, device="meta")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        got = compiled(x)
+    report = optimus_eq.last_reports[-1]
+    assert report.fallback is None and report.patterns_fired.get("batch_linear") == 1
+    want = model(x)
+    assert (got.shape, got.stride(), got.dtype, got.device) == (want.shape, want.stride(), want.dtype, want.device)
