@@ -41,6 +41,8 @@ MODELS: dict[str, ModelEntry] = {
                               "Interformer-style interaction/sequence/cross arches (arXiv:2411.09852)"),
     "dlrm": ModelEntry("dlrm", "build", "recommendation",
                        "DLRM embedding bags + dot interaction + DCN-v2 mixture cross net"),
+    "towers": ModelEntry("towers", "build", "recommendation",
+                         "per-feature MLP towers (split -> N small MLPs -> cat) and a head"),
     "launch_bound": ModelEntry("launch_bound", "build", "illustrative",
                                "many tiny parallel branches per layer (split/LN/Linear/act/stack/unbind/cat)"),
     "bert": ModelEntry("bert", "build", "transformer", "HuggingFace BertModel from its config"),
