@@ -44,7 +44,7 @@ def test_a_weakened_pattern_fails_the_gate():
         key = f"tower_relu3|pre_grad|{strategy}"
         mine = [f.text for f in regressions if f.key == key]
         assert any(t.startswith("batch_linear ") and "lost rewrite" in t for t in mine), mine
-        assert any(t.startswith("cost ") for t in mine), mine
+        assert any(t.startswith("price ") for t in mine) and any(t.startswith("extraction's cost ") for t in mine), mine
     assert "REGRESSION" in plan_gate.format_findings(found)
 
 

@@ -239,11 +239,11 @@ def write_table(path: Path, plans: dict, ratios: dict) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def format_findings(found: list[Finding]) -> str:
-    """The findings as lines, regressions first, with how to update the table."""
+def format_findings(found: list[Finding], update_args: str = "--update") -> str:
+    """The findings as lines, regressions first, with the command that would write them into the table."""
     lines = [str(f) for f in sorted(found, key=lambda f: (f.kind != "regression", f.key))]
     return "\n".join(lines + ["", "An intended change: update the table with "
-                              "`.venv/bin/python -m optimus_bench.plan_gate --update` and say why in the commit."])
+                              f"`.venv/bin/python -m optimus_bench.plan_gate {update_args}` and say why in the commit."])
 
 
 def run(models: Iterable[str], progress: Callable[[str], None] = lambda s: None) -> tuple[dict, dict]:
@@ -258,30 +258,51 @@ def run(models: Iterable[str], progress: Callable[[str], None] = lambda s: None)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m optimus_bench.plan_gate", description=__doc__.split("\n\n")[0])
+    """The command line (module docstring). Exit codes: 0 as in the table (or ``--update`` written), 1 a
+    difference (a better plan too), 2 bad arguments or an unreadable table."""
+    ap = argparse.ArgumentParser(prog="python -m optimus_bench.plan_gate", description=__doc__.split("\n\n")[0],
+                                 epilog="models: " + " ".join(model_names()) + ". Exit codes: 0 as in the table "
+                                 "(--update: written), 1 a difference (a better plan too), 2 bad arguments.")
     ap.add_argument("--models", nargs="*", help="models to run (default: all)")
-    ap.add_argument("--update", action="store_true", help="write the run into the table (the models run only)")
+    ap.add_argument("--update", action="store_true",
+                    help="write the run's plans into the table (the models run only); their optimizer-time ratios "
+                         "are kept unless missing or --times")
+    ap.add_argument("--times", action="store_true", help="with --update: write the measured time ratios too")
     ap.add_argument("--table", type=Path, default=TABLE)
     args = ap.parse_args(argv)
-    models = args.models or model_names()
+    models = list(dict.fromkeys(args.models or model_names()))
     for m in models:
         if m not in model_names():
             ap.error(f"unknown model {m!r}; valid: {model_names()}")
+    if args.times and not args.update:
+        ap.error("--times needs --update")
+    if not args.table.exists() and not args.update:
+        ap.error(f"no table at {args.table} (give --update to write one)")
+    if not args.table.parent.is_dir():
+        ap.error(f"no folder {args.table.parent} for the table")
+    try:
+        table = load_table(args.table)
+    except (OSError, ValueError) as exc:
+        ap.error(f"cannot read the table {args.table}: {exc}")
     rows, seconds = run(models, progress=lambda m: print(f"... {m}", file=sys.stderr, flush=True))
-    table = load_table(args.table)
     found = compare(table, rows, seconds, models)
     if args.update:
         plans = {k: v for k, v in table.get("plans", {}).items() if k.split("|")[0] not in set(models)}
         plans.update(rows)
         ratios = dict(table.get("time_ratio", {}))
-        ratios.update({m: round(r, 3) for m, s in seconds.items() if (r := time_ratio(s)) is not None})
+        for m, secs in seconds.items():
+            r = time_ratio(secs)
+            if r is not None and (args.times or m not in ratios):
+                ratios[m] = round(r, 3)
         write_table(args.table, plans, ratios)
         print(f"wrote {args.table} ({len(rows)} rows of {len(models)} models; {len(found)} differences)")
         for f in found:
             print(f)
         return 0
     if found:
-        print(format_findings(found))
+        again = ["--update"] + (["--models", *models] if args.models else []) \
+            + (["--table", str(args.table)] if args.table != TABLE else [])
+        print(format_findings(found, " ".join(again)))
         return 1
     print(f"{len(rows)} rows of {len(models)} models: as in the table")
     return 0

@@ -1,20 +1,23 @@
 """Which copied (kept) FX nodes must keep their original order, and the order a plan must keep.
 
 Lowering copies an opaque node verbatim (``Translation.kept``). A node with an effect (a write into an input,
-a switch of global state, a random draw, a collective, an assert, a module call) must stay where it was relative
-to every other node with an effect, and every kept node stays between the effects it sat between: a pure op
-that read a tensor before an in-place write still reads it before, one after still after. Two pure kept nodes
-between the same two effects commute, so they need no order between them: the plan may compute a fused op
+a switch of global state, a collective, an assert, a module call: a *barrier*) must stay where it was relative
+to every other kept node with an effect, and every kept node stays between the barriers it sat between: a pure
+op that read a tensor before an in-place write still reads it before, one after still after. Random draws keep
+their order among themselves and the barriers, and a pure node may move across a draw (it reads nothing a draw
+writes). Two pure kept nodes between the same two barriers commute, so they need no order between them: the plan may compute a fused op
 that needs one of them and feeds the other (a tower's backward at Aten-IR keeps ``le``/``where`` per feature;
 chained in their original order they made every feature's GEMMs of one layer depend on each other, and no
 layer but the last could be batched).
 
-* :func:`is_pure`: the node computes a value from its inputs and nothing else;
-* :func:`kept_epochs`: per kept node, the index of the last ordered kept node at or before it (its *epoch*),
-  and which kept nodes are ordered (:class:`KeptOrder`), for the plan's order edges
+* :func:`is_functional`: the node reads only its inputs and writes nothing (it may draw random numbers);
+  :func:`is_pure`: functional and no random draw;
+* :func:`kept_epochs` (:class:`KeptOrder`): the *barriers* (kept nodes that are not functional), the *ordered*
+  nodes (barriers and random draws, which keep their relative order: the generator's state is consumed in
+  order), and per kept node its *epoch*, the last barrier at or before it; for the plan's order edges
   (``optimus_eq.horizontal.plan.PlanGraph``) and lowering's check (``optimus_bridge.lower``).
 
-A node this module cannot prove pure is ordered: the rule only ever frees nodes that are known functional.
+A node this module cannot prove functional is a barrier: the rule only ever frees nodes known to be functional.
 """
 
 from __future__ import annotations
@@ -78,17 +81,24 @@ def _draws_random(node: Node) -> bool:
 
 
 def is_pure(node: Node) -> bool:
-    """Whether ``node`` only computes its value from its inputs: a ``get_attr``, or a ``call_function`` or ``call_method`` that
-    writes no input (:func:`optimus_bridge.effects.is_mutation`), switches no global state, draws no random
-    number (:func:`_draws_random`) and is a functional aten/prims overload (schema not
-    mutable, not an assert), a ``getitem``, an ``operator`` function, or a callable of torch's functional
-    modules (:data:`_PURE_MODULES`). Everything else (module calls, collectives, higher-order ops, user code
-    Dynamo kept as a call) is not."""
+    """Whether ``node`` only computes its value from its inputs: :func:`is_functional` and draws no random number
+    (:func:`_draws_random`)."""
+    return is_functional(node) and not _draws_random(node)
+
+
+def is_functional(node: Node) -> bool:
+    """Whether ``node`` reads only its inputs and writes nothing: a ``get_attr``, or a ``call_function`` or
+    ``call_method`` that writes no input (:func:`optimus_bridge.effects.is_mutation`), switches no global state
+    and is a functional aten/prims overload (schema not mutable, not an assert), a ``getitem``, an ``operator``
+    function, or a callable of torch's functional modules (:data:`_PURE_MODULES`). Everything else (module
+    calls, collectives, higher-order ops, user code Dynamo kept as a call) is not. A functional node may still
+    draw random numbers (``torch.randn``, dropout): it is then ordered among the other draws (the generator's
+    state is consumed in order) but not a barrier to pure nodes."""
     if node.op == "get_attr":
         return True
     if node.op not in ("call_function", "call_method"):
         return False  # placeholders keep the signature's order; module calls may hold state
-    if is_mutation(node) or changes_global_state(node) or _draws_random(node):
+    if is_mutation(node) or changes_global_state(node):
         return False
     target = node.target
     if node.op == "call_method":
@@ -114,24 +124,34 @@ class KeptOrder:
     """The order lowering keeps among copied nodes.
 
     Attributes:
-        ordered: the kept nodes that keep their relative order (not :func:`is_pure`, or frozen by the
-            translator: in-place mutation, global-state regions, aliasing that a move would change).
-        epoch: kept node -> the index (in ``ordered``'s original order, from 0) of the last ordered node at
-            or before it; -1 before the first. A pure kept node goes after ordered node ``epoch`` and before
-            ordered node ``epoch + 1``; an ordered node's epoch is its own index.
+        ordered: the kept nodes that keep their relative order: the barriers and the random draws.
+        barriers: the ordered nodes no other kept node may cross (not :func:`is_functional`, or frozen by the
+            translator: in-place mutation, global-state regions, aliasing that a move would change). A random
+            draw is ordered, not a barrier: a pure node may move across it, another draw may not.
+        rank: ordered node -> its index among ``ordered`` (original order, from 0).
+        epoch: kept node -> the index among ``barriers`` (original order, from 0) of the last barrier at or before
+            it; -1 before the first. A kept node that is not a barrier goes after barrier ``epoch`` and before
+            barrier ``epoch + 1``; a barrier's epoch is its own index.
     """
 
     ordered: frozenset = frozenset()
+    barriers: frozenset = frozenset()
+    rank: dict = field(default_factory=dict)
     epoch: dict = field(default_factory=dict)
 
 
 def kept_epochs(kept: list, frozen: set) -> KeptOrder:
     """The :class:`KeptOrder` of ``kept`` (a Translation's kept nodes, in original order), with ``frozen`` (nodes
-    the translator froze) ordered whatever their op."""
-    ordered = []
-    epoch = {}
+    the translator froze) barriers whatever their op."""
+    ordered, barriers, rank, epoch = [], 0, {}, {}
+    barrier_set = set()
     for n in kept:
-        if n in frozen or not is_pure(n):
+        functional = n not in frozen and is_functional(n)
+        if not functional:
+            barrier_set.add(n)
+            barriers += 1
+        if not functional or _draws_random(n):
+            rank[n] = len(ordered)
             ordered.append(n)
-        epoch[n] = len(ordered) - 1
-    return KeptOrder(frozenset(ordered), epoch)
+        epoch[n] = barriers - 1
+    return KeptOrder(frozenset(ordered), frozenset(barrier_set), rank, epoch)

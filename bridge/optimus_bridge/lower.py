@@ -52,12 +52,20 @@ class Lowerer:
         self.cval: dict[str, Node] = {}
         self.kept = set(t.kept)
         self._order = t.kept_order
-        self._last_ordered = -1   # index of the last ordered kept node emitted (KeptOrder.epoch)
-        self._pure_left: dict = {}  # epoch -> pure kept nodes of that epoch not emitted yet
+        self._last_rank = -1      # KeptOrder.rank of the last ordered kept node emitted
+        self._last_barrier = -1   # KeptOrder.epoch of the last barrier emitted
+        self._free_left: dict = {}  # epoch -> kept nodes of that epoch, not barriers, not emitted yet
+        self._free: dict = {}       # epoch -> those nodes, in original order
+        self._barrier_of: dict = {}  # epoch -> its barrier
+        self._ordered = sorted(self._order.ordered, key=self._order.rank.__getitem__)
+        self._emitting: set = set()  # kept nodes whose emission is under way (a re-entry is a cycle)
         for n in t.kept:
-            if n not in self._order.ordered:
-                e = self._order.epoch[n]
-                self._pure_left[e] = self._pure_left.get(e, 0) + 1
+            e = self._order.epoch[n]
+            if n not in self._order.barriers:
+                self._free_left[e] = self._free_left.get(e, 0) + 1
+                self._free.setdefault(e, []).append(n)
+            else:
+                self._barrier_of[e] = n
         self.splits: dict[str, SplitGroup] = {}
         self.op_key: dict[Node, int] = {}  # emitted pure-op node -> its op key (gradient check)
         self._size_nodes: dict = {}  # sympy expression -> its emitted value (symbolic sizes)
@@ -77,11 +85,27 @@ class Lowerer:
         raise LoweringError(f"node {n.name} has no lowering")
 
     def emit_kept(self, n: Node) -> Node:
+        """Copy kept node ``n`` (once), after the kept nodes its order needs before it
+        (:meth:`_emit_kept_before`), the values a global-state change must find computed, and its inputs.
+
+        Raises:
+            LoweringError: when the plan would reorder kept nodes (a kept node that needs, through the plan,
+                a value computed after it).
+        """
         if n in self.env:
             return self.env[n]
-        for a in n.all_input_nodes:
-            self.value_of_node(a)
-        self._check_kept_order(n)
+        if n in self._emitting:
+            raise LoweringError(f"kept node {n.name} would need a value computed after it")
+        self._emitting.add(n)
+        try:
+            self._emit_kept_before(n)
+            for live in self.t.barriers.get(n, ()):  # values computed before a global-state change
+                self.value_of_node(live)              # (no_grad, autocast) stay before it
+            for a in n.all_input_nodes:
+                self.value_of_node(a)
+            self._check_kept_order(n)
+        finally:
+            self._emitting.discard(n)
         respell = None if INSIDE_INDUCTOR.get() else self.level.grad_mode_blind.get(n.target)
         if respell is not None and any(_views_an_input(self.value_of_node(a)) for a in n.all_input_nodes):
             args, kwargs = torch.fx.node.map_arg((n.args, n.kwargs), self.value_of_node)
@@ -93,23 +117,45 @@ class Lowerer:
         self.env[n] = new
         return new
 
+    def _emit_kept_before(self, n: Node) -> None:
+        """Emit the kept nodes :class:`optimus_bridge.kept_order.KeptOrder` puts before ``n`` that are not emitted
+        yet: for an ordered node the ordered ones of lower rank, for a barrier also every other kept node of an
+        earlier epoch, for any other node its epoch's barrier. Lowering emits on demand, so a fused op can need a
+        kept node (a random draw, a pure op after a barrier) before the loop over kept nodes reaches it."""
+        order = self._order
+        if n in order.ordered:
+            for m in self._ordered[self._last_rank + 1:order.rank[n]]:
+                self.emit_kept(m)
+        e = order.epoch[n]
+        if n in order.barriers:
+            for i in range(self._last_barrier, e):
+                for m in self._free.get(i, ()):
+                    if m not in self.env:
+                        self.emit_kept(m)
+        elif e > self._last_barrier:
+            self.emit_kept(self._barrier_of[e])
+
     def _check_kept_order(self, n: Node) -> None:
         """Emitting kept node ``n`` now keeps the order of :class:`optimus_bridge.kept_order.KeptOrder`: an ordered
-        node comes right after the previous ordered one and after every pure kept node before it; a pure one
-        after the ordered node before it and before the one after it.
+        node (barrier or random draw) comes right after the previous ordered one; a barrier also after every kept
+        node before it; any other kept node after the barrier before it and before the one after it.
 
         Raises:
-            LoweringError: when the plan would move ``n`` across an ordered kept node.
+            LoweringError: when the plan would move ``n`` across a barrier or reorder two ordered kept nodes.
         """
-        e = self._order.epoch[n]
-        if n in self._order.ordered:
-            if e != self._last_ordered + 1 or any(self._pure_left.get(i, 0) for i in range(self._last_ordered, e)):
+        order, e = self._order, self._order.epoch[n]
+        if n in order.ordered:
+            if order.rank[n] != self._last_rank + 1:
                 raise LoweringError(f"kept node {n.name} would move before an earlier kept node")
-            self._last_ordered = e
+            self._last_rank = order.rank[n]
+        if n in order.barriers:
+            if any(self._free_left.get(i, 0) for i in range(self._last_barrier, e)):
+                raise LoweringError(f"kept node {n.name} would move before an earlier kept node")
+            self._last_barrier = e
         else:
-            if e != self._last_ordered:
+            if e != self._last_barrier:
                 raise LoweringError(f"kept node {n.name} would move across a kept node with an effect")
-            self._pure_left[e] -= 1
+            self._free_left[e] -= 1
 
     # -- e-classes -------------------------------------------------------------------------------
     def _list(self, cls: str) -> list[str]:
@@ -343,8 +389,6 @@ class Lowerer:
             out_node = next(n for n in reversed(self.t.gm.graph.nodes) if n.op == "output")
             self._plan_splits(out_node)
             for n in self.t.kept:
-                for live in self.t.barriers.get(n, ()):  # values computed before a global-state
-                    self.value_of_node(live)              # change (no_grad, autocast) stay before it
                 self.emit_kept(n)
             out_args = torch.fx.node.map_arg(out_node.args[0], self.value_of_node)
             new_out = self.graph.output(out_args)

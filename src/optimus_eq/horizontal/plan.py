@@ -147,7 +147,8 @@ class PlanGraph(PlanAlternatives, PlanOrder):
         return list(en.children)
 
     def _order_edges(self) -> None:
-        """Kept FX nodes are lowered in their original order: chain them (and what feeds a barrier)."""
+        """Order edges between the kept FX nodes, as lowering keeps their order (``tr.kept_order``), and from what
+        a global-state region's first node needs computed before it."""
         tr, view, g = self.tr, self.view, self.g
         succ, pred, attrs = g._succ, g._pred, g._node
 
@@ -159,12 +160,13 @@ class PlanGraph(PlanAlternatives, PlanOrder):
             if v not in succ[u]:
                 succ[u][v] = pred[v][u] = {}
 
-        # ordered kept nodes (effects) form a chain; every other kept node goes after the ordered node before
-        # it and before the ordered node after it (``tr.kept_order``): pure kept nodes between two effects
-        # commute, so no edge joins them
-        ordered = tr.kept_order.ordered
+        # ordered kept nodes (barriers and random draws) form a chain; every other kept node goes after the
+        # barrier before it and before the barrier after it (``tr.kept_order``): pure kept nodes between two
+        # barriers commute with each other and with the draws, so no edge joins them
+        ordered, barriers = tr.kept_order.ordered, tr.kept_order.barriers
         prev = None      # the last ordered node's class
-        between = []     # pure kept nodes' classes since it
+        barrier = None   # the last barrier's class
+        between = []     # classes of the kept nodes since it that are not barriers
         for i, n in enumerate(tr.kept):
             c = cls_of(n)
             if c is None or c not in succ:
@@ -179,14 +181,18 @@ class PlanGraph(PlanAlternatives, PlanOrder):
                 lc = cls_of(live)
                 if lc in succ and lc != c:
                     add_edge(lc, c)
-            if prev is not None and prev != c:
-                add_edge(prev, c)
             if n in ordered:
+                if prev is not None and prev != c:
+                    add_edge(prev, c)
+                prev = c
+            if n in barriers:
                 for b in between:
                     if b != c:
                         add_edge(b, c)
-                prev, between = c, []
+                barrier, between = c, []
             else:
+                if barrier is not None and barrier != c:
+                    add_edge(barrier, c)
                 between.append(c)
         nx._clear_cache(g)
 
