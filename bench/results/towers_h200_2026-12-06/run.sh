@@ -5,7 +5,7 @@
 #   old: the code before every tower layer was batched again (commit 8f75243, extracted into .old/ and carried),
 #        greedy and eqsat, in a process of its own (kernels exact; ms from another process, compare loosely).
 # Run from the repository root with the device tool (carry .whl and .old):
-#   OUT=$OUT bash bench/results/towers_h100_2026-12-06/run.sh [new|old|both]
+#   OUT=$OUT bash bench/results/towers_h200_2026-12-06/run.sh [new|old|both]
 set -u
 OUT=${OUT:-$PWD/towers_out}
 WHICH=${1:-both}
