@@ -250,6 +250,25 @@ def _reset_dynamo():
     torch._dynamo.reset()
 
 
+#: tiers of the suite by file (pytest -m <tier>); a test in no file here is in the ``fx`` tier. ``-m fast`` is the
+#: fx and terms tiers without the tests marked ``slow`` (Inductor compiles, subprocesses, big graphs: anything over
+#: about half a second), what a developer runs on every change (README)
+FILE_TIERS = {"test_plan_gate.py": "gate", "test_fuzz.py": "fuzz", "test_fuzz_gemm.py": "fuzz",
+              "test_fuzz_horizontal.py": "fuzz", "test_fuzz_profile.py": "fuzz", "test_fuzz_regressions.py": "fuzz",
+              "test_rule_terms.py": "terms", "test_egraph.py": "terms", "test_registry.py": "terms",
+              "test_extract.py": "terms", "test_extract_cycles.py": "terms", "test_saturate.py": "terms"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark each test with its tier (:data:`FILE_TIERS`) and, when it is in the terms or fx tier and not slow,
+    ``fast``."""
+    for item in items:
+        tier = FILE_TIERS.get(item.path.name, "fx")
+        item.add_marker(getattr(pytest.mark, tier))
+        if tier in ("terms", "fx") and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.fast)
+
+
 def pytest_sessionfinish(session):
     """Under pytest-xdist (``-n 2``) each worker hands its oracle figures to the controller, which prints them."""
     workeroutput = getattr(session.config, "workeroutput", None)

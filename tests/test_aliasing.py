@@ -264,6 +264,7 @@ def _sharing(outs, base):
                                                                    for j in range(len(ptr))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("seed", range(6))
 def test_random_programs_on_aliased_inputs(seed, strategy):

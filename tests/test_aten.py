@@ -358,6 +358,7 @@ def test_every_post_grad_pattern_has_a_case():
     assert not missing, f"post-grad patterns without a soundness case in tests/test_aten.py: {missing}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("name", sorted(CASES))
 @given(data=st.data())

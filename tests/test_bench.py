@@ -34,6 +34,7 @@ def _vision_importable() -> bool:
             return False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", RECSYS + ("bert",))
 def test_model_builds_trains_and_is_deterministic(name):
     if name == "bert":
@@ -50,6 +51,7 @@ def test_model_builds_trains_and_is_deterministic(name):
     assert grads and all(g is not None and torch.isfinite(g).all() for g in grads)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", RECSYS)
 def test_gpu_preset_is_larger_and_overrides_apply(name):
     cpu, gpu = MODELS[name].sizes()["cpu"], MODELS[name].sizes()["gpu"]
@@ -92,6 +94,7 @@ def test_training_step_ends_with_the_cases_optimizer():
         build("launch_bound", "cpu", overrides={"optimizer": "lamb"})
 
 
+@pytest.mark.slow
 def test_vision_models_skip_with_a_clear_message(tmp_path):
     with pytest.raises(ModelUnavailable, match="torchvision"):
         build("inception_v3")
@@ -219,6 +222,7 @@ def test_cpu_kernel_count_counts_kernels_not_views():
     assert measure.count_kernels(lambda: torch.cat(torch.split(x, 4, dim=1), dim=1), "cpu") == {"kernels": 1}
 
 
+@pytest.mark.slow
 def test_failing_cell_is_recorded_and_the_run_goes_on(tmp_path, monkeypatch):
     real = strategies.available
 
@@ -244,6 +248,7 @@ def test_failing_cell_is_recorded_and_the_run_goes_on(tmp_path, monkeypatch):
     assert "wukong/inference/broken (error)" in md and "| wukong | error | " in md
 
 
+@pytest.mark.slow
 def test_time_budget_and_merge(tmp_path):
     a = runner.run_matrix(["wukong"], ["eager"], ["inference"], "cpu", tmp_path / "a", plots=False,
                           progress=False)
@@ -392,6 +397,7 @@ def test_progress_is_plain_lines_off_a_terminal(capsys):
     assert type(runner._progress(3, True, stream=Tty())).__module__.startswith("tqdm")
 
 
+@pytest.mark.slow
 def test_prewarm_runs_each_cell_in_its_own_process_and_records_failures(tmp_path):
     """--prewarm: one process per cell with the shared cache in its environment; a cell whose process fails
     (here an unknown model: the CLI's exit code 2) is listed, not raised, and its log kept."""

@@ -85,6 +85,7 @@ def test_end_to_end_on_cpu_fresh_process_and_empty_cache_per_run(tmp_path):
     assert "| lowering |" in md
 
 
+@pytest.mark.slow
 def test_gc_pauses_records_each_collection_with_its_generation_and_stops_after_the_block():
     import gc
     import threading

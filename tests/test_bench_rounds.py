@@ -33,6 +33,7 @@ def eager_backend_strategies(monkeypatch):
     monkeypatch.setattr(strategies, "available", with_eager_backend)
 
 
+@pytest.mark.slow
 def test_rounds_time_a_row_side_by_side_in_rotated_order(tmp_path, monkeypatch, eager_backend_strategies):
     timed = []  # (round-robin) which cell's step each block of timed iterations ran
     steps = {}
@@ -72,6 +73,7 @@ def test_rounds_time_a_row_side_by_side_in_rotated_order(tmp_path, monkeypatch, 
     assert "side-by-side rounds (`--rounds 2`)" in md and output.NOISE_RULE in md and "round medians" in md
 
 
+@pytest.mark.slow
 def test_rounds_1_is_one_cell_timed_alone(tmp_path):
     res = runner.run_matrix(["wukong"], ["eager"], ["inference"], "cpu", tmp_path, iters=2, warmup=1,
                             plots=False, progress=False, warm_up=False)
@@ -169,6 +171,7 @@ def test_report_marks_ties_and_lists_eqsat_against_inductor_and_greedy():
     assert "verdict" not in output.markdown(plain) and "~" not in output.markdown(plain)
 
 
+@pytest.mark.slow
 def test_a_row_of_more_strategies_than_dynamos_recompile_limit_stays_compiled(tmp_path, monkeypatch):
     """Every strategy of a row adds a cache entry to the same forward code objects; past Dynamo's recompile
     limit (8) a strategy would silently run eagerly unless the row raises the limit."""

@@ -33,6 +33,7 @@ def _reports_ok():
     return reports
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_bert_forward_matches_eager(strategy):
     model, ids, mask = _bert()
@@ -54,6 +55,7 @@ def test_bert_forward_matches_eager(strategy):
     assert all(r.strategy == strategy for r in reports)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_bert_backward_matches_eager(strategy):
     model, ids, mask = _bert()

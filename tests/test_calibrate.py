@@ -16,6 +16,7 @@ from optimus_eq.cli import main as cli_main
 from optimus_eq.cost import GPUCostModel
 
 
+@pytest.mark.slow
 def test_fit_recovers_launch_floor_and_bandwidth():
     rng = random.Random(0)
     floor, bw = 3.5, 2.9e6  # us, bytes per us
@@ -26,6 +27,7 @@ def test_fit_recovers_launch_floor_and_bandwidth():
     assert fit["r2"] > 0.99
 
 
+@pytest.mark.slow
 def test_quick_cpu_run_writes_a_record_the_cost_model_loads(tmp_path):
     out = tmp_path / "cal.json"
     assert cli_main(["calibrate", "--device", "cpu", "--quick", "--out", str(out)]) == 0

@@ -113,6 +113,7 @@ def model_file(tmp_path):
     return path
 
 
+@pytest.mark.slow
 def test_optimize_runs_both_strategies_checks_eager_and_writes_code(model_file, tmp_path, capsys):
     out = tmp_path / "out"
     rc = main(["optimize", f"{model_file}:make", "--out", str(out), "--min-fuse-set-size", "2"])
@@ -129,6 +130,7 @@ def test_optimize_runs_both_strategies_checks_eager_and_writes_code(model_file, 
         assert "split(" not in code and ("bmm(" in code or "bmm_add(" in code), code  # junk gone, the 4 linears batched
 
 
+@pytest.mark.slow
 def test_optimize_post_grad_training_step_checks_gradients(model_file, capsys):
     rc = main(["optimize", f"{model_file}:make_train", "--level", "post_grad", "--strategies", "greedy", "-v"])
     text = capsys.readouterr().out
@@ -198,6 +200,7 @@ def test_demo_says_when_its_fields_are_too_few_to_batch(monkeypatch, capsys):
     assert seen["eqsat"]["pattern_options"]["batch_linear"] == {"min_fuse_set_size": 2}
 
 
+@pytest.mark.slow
 def test_explain_names_patterns_source_lines_and_ops_left_alone(model_file, tmp_path, capsys):
     page = tmp_path / "report" / "explain.html"
     rc = main(["explain", f"{model_file}:make_opaque", "--strategies", "greedy", "--min-fuse-set-size", "2",
@@ -256,6 +259,7 @@ def test_explain_names_dependencies_as_the_reason_a_chain_is_not_batched(tmp_pat
     assert why.startswith("dependencies: the others depend on the first 1 independent one(s)"), why
 
 
+@pytest.mark.slow
 def test_explain_lists_an_alternative_eqsat_did_not_choose(tmp_path):
     """A user pattern that makes the plan dearer (README, "Adding a pattern"): greedy applies it and is credited
     with the subs; eqsat offers it, extraction keeps the subs, and explain lists it as matched but unused."""
@@ -290,6 +294,7 @@ def test_explain_lists_an_alternative_eqsat_did_not_choose(tmp_path):
     assert eqsat.run.report.cost_after < greedy.run.report.cost_after
 
 
+@pytest.mark.slow
 def test_optimize_covers_every_graph_of_a_graph_break(model_file, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["optimize", f"{model_file}:make_break", "--strategies", "greedy", "--out", str(out)]) == 0

@@ -57,6 +57,7 @@ class _SharedLhs(torch.nn.Module):
         return (x @ self.p).relu().sum() + F.linear(x, self.w).tanh().sum()
 
 
+@pytest.mark.slow
 def test_a_short_horizon_keeps_the_gemms_the_per_call_model_merges():
     """Per call, one GEMM on ``cat([P.T, W])`` and a split beat two GEMMs; the cat is a kernel Inductor
     generates, so with a first call spread over 100 calls the two cuBLAS calls win. Both plans match eager."""

@@ -96,6 +96,7 @@ def test_member_grad_layout(shape, perm, dim, strided):
 
 # -- execution mode decides a batch ----------------------------------------------------------------
 
+@pytest.mark.slow
 def test_weight_traffic_rejects_a_batch_only_with_cuda_graphs():
     """Six 1536x1536 linears on 16 rows (inference): stacking the weights moves 2 x 54 MiB per call. At
     23.3 us per launch the five launches saved (116 us) pay for it (~28 us); inside a CUDA graph they save
@@ -153,6 +154,7 @@ def test_views_of_parameters_under_no_grad_are_no_training():
     assert optimus_eq.optimize(gm, ex)[1].training is True
 
 
+@pytest.mark.slow
 def test_training_with_cuda_graphs_keeps_a_batch_whose_weight_gradients_need_no_copy():
     """Eight 64x64 linears with CUDA graphs: the batch saves 7 launches for 3 stacks forward, and its
     backward launches too; batch_linear feeds the weight stack to ``bmm`` unpermuted, so no AccumulateGrad
@@ -211,6 +213,7 @@ def test_the_layout_rule_matches_autograd():
         oracle.assert_values(p.grad, q.grad, r, "weight gradient", grad=True)  # batched: summed in another order
 
 
+@pytest.mark.slow
 def test_compiled_training_step_makes_no_accumulate_grad_copy():
     """Inductor end to end (CPU): the backward of the compiled optimized graph, profiled, launches no
     copy under AccumulateGrad (the earlier ``X @ stack(w)^T`` form made one per weight), and each weight's
@@ -319,6 +322,7 @@ def test_a_user_s_own_stack_of_weights_is_priced_with_its_gradient_copies():
     assert r.cost_after == pytest.approx(r.cost_before, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_dhen_plans_follow_the_h200_measurements():
     """bench/cost_modes.py on the DHEN bench model (cpu preset): with CUDA graphs the batched per-field
     linears are kept in inference (measured faster on the H200); in training too, now that their weight

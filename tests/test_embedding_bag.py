@@ -152,6 +152,7 @@ def test_bags_with_padding_idx(strategy, mode, two_d):
     assert lookups(c.gm2, F.embedding_bag) == 1, c.gm2.code
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_scale_grad_by_freq(strategy):
     """F.embedding's scale_grad_by_freq divides a row's gradient by its count in the call's ids; the
@@ -282,6 +283,7 @@ def test_training_reads_weights_after_optimizer_step(strategy):
     assert counters["optimus_eq"]["batch_embedding_bag"] >= 1, dict(counters["optimus_eq"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("execution", ["launch", "cudagraph"])
 def test_eqsat_weighs_the_copy_of_a_huge_table(execution):
     """Four 2-D lookups, one into a table of 100k x 64 (25.6 MB): the fused form copies every table on
@@ -406,6 +408,7 @@ def compiled_runs(fn, ws, make, strategy: str, dynamic, sizes=(4, 9, 6)) -> list
     return seen
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("dynamic", [None, True])
 @pytest.mark.parametrize("kind", ["sum", "max", "per_sample_weights", "padding_idx"])
@@ -453,6 +456,7 @@ def test_embeddings_under_a_symbolic_batch(strategy):
         assert report.ops_after["embedding"] == 1, dict(report.ops_after)
 
 
+@pytest.mark.slow
 def test_bags_of_other_symbolic_batches_stay_apart():
     """Bags whose batches are different symbols are not grouped together (the group key holds the symbolic
     ids shape): two groups of two, never one of four; 1-D ids with offsets under a symbolic batch are left

@@ -63,6 +63,7 @@ def test_optimize_exported_module_at_the_default_level(strategy):
         _same(new(x), m(x))  # the pytree calling convention (a dict) is kept
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_optimize_exported_returns_a_program(strategy):
     m, x = _model(), torch.randn(8, 24)
@@ -76,6 +77,7 @@ def test_optimize_exported_returns_a_program(strategy):
     torch.export.export(ep2.module(), (x,))  # re-exports
 
 
+@pytest.mark.slow
 def test_optimize_exported_keeps_dynamic_dims():
     m, x = _model(), torch.randn(8, 24)
     ep = torch.export.export(m, (x,), dynamic_shapes=({0: torch.export.Dim("batch")},))
@@ -234,6 +236,7 @@ class _CacheWrite(torch.nn.Module):
         return out * 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
 def test_exported_program_writing_a_parameter_dependent_value_into_an_input_is_optimized(strategy):
     """torch.export (outside no_grad) leaves the written input's placeholder a leaf FakeTensor that requires
@@ -293,6 +296,7 @@ class _Scaled(torch.nn.Module):
         return out if bias is None else out + bias
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scale", [0.5, 2, True])
 def test_an_exported_program_with_a_number_argument_keeps_its_dynamic_batch(scale):
     """``graph_signature.user_inputs`` holds a constant argument's value (``0.5``) where a tensor's name stands:

@@ -513,6 +513,7 @@ def _components_with_bounds(g: SynthEGraph, model=None):
     return out
 
 
+@pytest.mark.slow
 def test_the_component_bound_never_exceeds_the_optimum():
     """The lower bound that lets a component skip the exact solver (``extract.bound``) is at most the
     component's ILP optimum, on every component of 400 random e-graphs (four side by side each); it
@@ -646,6 +647,7 @@ def roots_and_forced(view: EGraphView, tr) -> tuple[list, set]:
     return roots, forced
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", REAL)
 def test_ilp_matches_brute_force_on_real_egraphs(name):
     egraph, tr = real_egraph(name, "eqsat")

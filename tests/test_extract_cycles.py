@@ -20,6 +20,7 @@ from optimus_eq.extract.cycles import feedback_classes
 from test_extract import SynthEGraph, _feasible_parts, brute_force, check_plan, disjoint_union, random_egraph
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(40))
 def test_feedback_classes_break_every_cycle(seed):
     rng = random.Random(seed)
@@ -146,6 +147,7 @@ def test_exact_budgets_stretch_with_the_load(monkeypatch):
     assert quiet and budgets == pytest.approx([4 * b for b in quiet])
 
 
+@pytest.mark.slow
 def test_dlrm_cycles_are_ruled_out_in_one_solve(monkeypatch):
     """DLRM (cpu preset, inference): the pooled embeddings' cat, the narrows of that cat and the list cells form
     a cyclic SCC that pruning keeps (a piece is a narrow of the cat, or the bag itself). With hub rows the ILP

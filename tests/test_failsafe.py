@@ -146,6 +146,7 @@ class _Norms(torch.nn.Module):
 # context does not know), and compile_fx of the original graph raised ``int(sym)=0 != hint=4``: a crash
 # (BackendCompilerFailed) instead of the promised fallback. Now the fallback compiles with detached aliases of the
 # moved parameters, as packing does for the packed graph's kept inputs.
+@pytest.mark.slow
 @pytest.mark.parametrize("train", [False, True])
 def test_inductor_failure_on_a_packed_graph_falls_back_to_the_original(monkeypatch, no_compile_cache, train):
     import copy

@@ -90,6 +90,7 @@ def test_e_graph_and_input_graph_price_a_gemm_alike():
     assert train.cost_before - fwd.cost_before == pytest.approx(backward, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_dlrm_cross_net_keeps_its_rank_64_linears_separate_under_cuda_graphs():
     """DLRM's mixture cross net at the gpu preset's widths (415 wide, 4 experts of rank 64, batch 4096),
     training, CUDA-graph model with packed parameters: priced by launch and bytes, eqsat batched the experts'
@@ -125,6 +126,7 @@ def _under_accumulate_grad(e) -> bool:
     return False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pack", [True, False])
 def test_a_weight_cat_priced_free_is_free_in_a_compiled_training_step(pack, no_compile_cache):
     """The CUDA-graph model with packed parameters prices the cross net's weight cats (one wide GEMM over the

@@ -73,6 +73,7 @@ def test_greedy_keeps_upstream_s_minimum_and_fuses_with_two():
     assert len(_matmuls(c2.gm2)) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["eqsat", "greedy"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_mixed_spellings_values_and_gradients(strategy, dtype):
@@ -112,6 +113,7 @@ def test_the_pattern_is_registered_after_the_batch_passes():
     assert optimus_eq.DEFAULT_REGISTRY["batch_gemm_lhs"].kind == "horizontal"
 
 
+@pytest.mark.slow
 def test_training_prices_the_layout_copy_of_a_transposed_weight():
     """In a training graph the matmul member's ``P`` gets its gradient as a transposed slice of the fused
     weight's gradient, which AccumulateGrad copies into ``P``'s layout outside the compiled graph

@@ -131,6 +131,7 @@ def test_members_feeding_different_outputs_are_not_fused(strategy):
     assert "batch_linear" not in r.rule_matches
 
 
+@pytest.mark.slow
 def test_training_graph_with_one_output_still_fuses(strategy):
     """The usual training graph (every member reaches the one loss) fuses with upstream's default options."""
 
@@ -464,6 +465,7 @@ def _fields(x, w0, w1, w2):
 # values did not require grad (the fast meta twins carried no requires_grad, and FakeTensorProp stores a detached
 # snapshot), so the second pass read eager's gradient facts as "no output requires grad" and lower_grad detached
 # them. Fixed in lower_meta.py (the meta keeps requires_grad as dynamo's example_value has it).
+@pytest.mark.slow
 @pytest.mark.parametrize("first", ["greedy", "eqsat"])
 @pytest.mark.parametrize("second", ["greedy", "eqsat", "taso", "tensat"])
 def test_a_graph_optimized_twice_keeps_its_gradients(first, second):

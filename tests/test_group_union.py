@@ -63,6 +63,7 @@ def _linears(gm) -> int:
     return sum(1 for n in gm.graph.nodes if n.op == "call_function" and n.target is torch._C._nn.linear)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("train", [True, False], ids=["train", "inference"])
 @pytest.mark.parametrize("mode", ["launch", "cudagraph"])
 def test_eqsat_reaches_greedys_union_group(mode, train):

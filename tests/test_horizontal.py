@@ -336,6 +336,7 @@ def test_linear_lhs_narrow_outputs_keep_eager_strides(strategy):
 
 # -- layer norm ------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("affine", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_batch_layernorm(strategy, affine, dtype):

@@ -116,6 +116,7 @@ def test_alternatives_stay_within_budget():
     assert r.ops_after["tanh"] == 4
 
 
+@pytest.mark.slow
 def test_post_grad_aten_tanh_on_split_pieces():
     """Aten-IR (the post-grad pass, forward and backward graphs of AOTAutograd): aten.tanh on the split's
     pieces joins batch_aten_tanh's group in eqsat (one tanh in the forward graph; greedy keeps four: its
@@ -141,6 +142,7 @@ def test_local_search_alone_finds_the_batched_plan(fn):
     assert r.extraction.get("exact_components", 0) == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [m.name for m in __import__("phase_order").MODELS])
 def test_phase_order_suite_eqsat_reaches_the_optimum(name):
     """bench/phase_order.py: eqsat reaches each model's stated optimum, and its graph computes the original's

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from optimus_eq.patterns import DEFAULT_REGISTRY
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -17,6 +18,7 @@ def _modules() -> dict[str, str]:
     return {str(p.relative_to(ROOT)): p.read_text() for d in ("src", "bridge") for p in (ROOT / d).rglob("*.py")}
 
 
+@pytest.mark.slow
 def test_each_pattern_name_lives_in_one_module():
     modules = _modules()
     spread = {}

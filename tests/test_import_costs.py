@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -20,6 +21,7 @@ def _run(code: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_egglog_bindings_without_the_front_end_then_the_package_as_usual():
     got = _run(
         "import json, sys\n"
@@ -36,6 +38,7 @@ def test_egglog_bindings_without_the_front_end_then_the_package_as_usual():
     assert got == {"before": [], "same": True, "size": 0}
 
 
+@pytest.mark.slow
 def test_highs_without_scipy_optimize_then_scipy_optimize_as_usual():
     got = _run(
         "import json, sys\n"
@@ -53,6 +56,7 @@ def test_highs_without_scipy_optimize_then_scipy_optimize_as_usual():
     assert got == {"direct": True, "before": False, "same": True, "x": [1, 0, 0], "optimal": True}
 
 
+@pytest.mark.slow
 def test_small_graphs_extract_without_scipy_sparse_and_to_the_same_plan():
     """A fresh process's first eqsat optimize of a small graph (a cycle-free split/cat tangle plus a horizontal
     group, exact stage included) imports neither scipy.sparse nor its csgraph (networkx does the graph routines,

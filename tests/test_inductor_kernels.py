@@ -190,6 +190,7 @@ def test_fused_adam_launches_follow_multi_tensor_apply_limits():
 
 # -- CUDA rules read off the H200's per-call kernel lists (bench/results/kernel_prediction_h200_2026-12-02) -----
 
+@pytest.mark.slow
 def test_cuda_split_k_by_gemm_shape_not_for_bmm():
     """cuBLAS splits K of a GEMM with few output tiles and a long K (two GPU activities), not of a batched
     GEMM whose batch fills the device, nor of a GEMM with many output tiles (a short K)."""
@@ -270,6 +271,7 @@ def _with_overlap_scoring(on: bool, fn, *inputs, device="cuda"):
         inductor_fusion.OVERLAP_SCORING = old
 
 
+@pytest.mark.slow
 def test_cuda_cat_writers_are_a_kernel_each_without_buffer_overlap_scoring():
     """The plain-Inductor launch-bound layer in small: 10 branches (mm, then tanh written into a stack), the
     stack unbound and concatenated again (ConcatKernels of more than 8 inputs), plus a residual add. Without

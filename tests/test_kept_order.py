@@ -311,6 +311,7 @@ REGIONS = [no_grad_some_features, autocast_some_features, no_grad_layer, asserts
 WRITES = (no_grad_write_after_gelu, autocast_write_after_gelu, inference_mode_layer)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fn, strategy", _pairs(REGIONS, both=2), ids=lambda v: getattr(v, "__name__", v))
 def test_regions_and_asserts_inside_towers(fn, strategy):
     grad = fn not in WRITES  # a write after the GELU that saved h, or inference tensors: no backward
@@ -389,6 +390,7 @@ RANDOM = [dropout_between_layers, rand_like_and_bernoulli, rrelu_between_layers,
           rand_like_drawn_after_a_batched_layer]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fn, strategy", _pairs(RANDOM, both=2), ids=lambda v: getattr(v, "__name__", v))
 def test_random_ops_draw_as_eager_under_fallback_random(fn, strategy):
     report = _same_draws(fn, _xs(), strategy)
@@ -574,6 +576,7 @@ def aten_inputs_written_after_tower(*a):
     return torch.cat(outs, 1), torch.cat([F.gelu(x) for x in xs], 1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fn, grad, gemms, strategy", [(aten_gelu_tower, True, 3, "greedy"),
                                                        (aten_relu_silu_sum_tower, True, 3, "eqsat"),
                                                        (aten_inputs_written_after_tower, False, None, "greedy")],
@@ -587,6 +590,7 @@ def test_aten_towers(fn, grad, gemms, strategy):
                    if n.target in (torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default)) == gemms
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fallback_random", [True])
 def test_aten_random_ops_draw_as_unoptimized(fallback_random):
     """Dropouts and random factories in an AOTAutograd graph (aten ops tagged ``nondeterministic_seeded``, all

@@ -14,8 +14,10 @@ import lb_optimize_time
 import lb_train_kernels
 from kernel_prediction import multi_tensor_launches, outside_kernels
 from optimus_bench.models import build
+import pytest
 
 
+@pytest.mark.slow
 def test_predicted_split_adds_up_to_the_whole_step_prediction():
     ov = {"branches": 8, "batch": 16}
     (row,) = lb_train_kernels.predict_phase(["greedy"], "cuda", "cpu", ov, groups=False)
@@ -31,6 +33,7 @@ def test_predicted_split_adds_up_to_the_whole_step_prediction():
     assert row["optimizer"] == 1 + multi_tensor_launches(params, 4) + multi_tensor_launches([1] * 66, 1) == 4
 
 
+@pytest.mark.slow
 def test_predicted_forward_and_backward_are_the_batched_graphs():
     """At 8 branches x 2 layers the batched step (two bmm forward, four backward) is predicted at 22
     kernels for forward + backward with the fills, the unbatched one (a GEMM per branch linear and per
@@ -51,6 +54,7 @@ def test_measured_pieces_run_one_training_step_equal_to_eager():
     assert row["step"] == row["forward"] + row["backward"] + row["optimizer"]
 
 
+@pytest.mark.slow
 def test_optimize_time_rows_per_mode_and_strategy():
     rows = lb_optimize_time.run(["inference", "train"], ["greedy"], "cpu", {"branches": 6})
     assert [(r["mode"], r["strategy"]) for r in rows] == [("inference", "greedy"), ("train", "greedy")]

@@ -24,6 +24,7 @@ import ast
 from pathlib import Path
 
 import networkx as nx
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = {"src": ("optimus_eq", "optimus_greedy"), "bridge": ("optimus_bridge",), "bench": ("optimus_bench",)}
@@ -157,6 +158,7 @@ def test_every_import_goes_down_the_layers():
     assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
 
 
+@pytest.mark.slow
 def test_the_core_reads_no_fx_and_no_bridge():
     wrong = []
     for module, path in MODULES.items():

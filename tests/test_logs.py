@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = """
 import torch
@@ -29,6 +31,7 @@ def _run(tmp_path, **env):
     return subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_torch_logs_prints_the_report_during_torch_compile(tmp_path):
     trace = tmp_path / "trace"
     done = _run(tmp_path, TORCH_LOGS="+optimus_eq", TORCH_TRACE=str(trace))
@@ -39,6 +42,7 @@ def test_torch_logs_prints_the_report_during_torch_compile(tmp_path):
     assert '"name": "optimus_eq_report"' in logged and '"frame_id": 0' in logged  # tied to the compile
 
 
+@pytest.mark.slow
 def test_no_report_without_torch_logs(tmp_path):
     done = _run(tmp_path)  # (an empty TORCH_LOGS makes torch 2.13's import fail: unset, not empty)
     assert done.returncode == 0, done.stderr

@@ -84,6 +84,7 @@ class _Fields(torch.nn.Module):
         return a + b + s, n, x.t()[1:3]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "requires_grad"])
 def test_meta_matches_fake_tensor_prop_dynamo(strategy, grad):
     x = rand(5, 12).requires_grad_(grad)
@@ -239,6 +240,7 @@ def _layouts(draw):
     return shape, p1, fold, p2, tail, dim
 
 
+@pytest.mark.slow
 @given(_layouts())
 def test_random_output_layouts(layout):
     """A permuted tensor goes through a fold (contiguous, cat of one, split -> cat, unbind -> stack), is

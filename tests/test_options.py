@@ -159,6 +159,7 @@ def test_note_in_the_report():
     assert any(n.startswith("merge_stack_tahn_unbind_pass") for n in report.notes)
 
 
+@pytest.mark.slow
 def test_every_upstream_name_of_the_installed_torch_compiles(no_compile_cache):
     """An option dictionary with every pass name of the installed torch (both levels) compiles through the
     backend and Inductor; the Inductor settings among them reach Inductor's post_grad_fusion_options."""

@@ -155,6 +155,7 @@ def stack_of_reshaped_pieces(draw):
     return fn, [_x(shape, dtype, seed), _x(v, dtype, seed + 1)], permuted, alone_in_stack, note
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @given(data=st.data())
 def test_stack_of_reshaped_split_pieces(strategy, data):

@@ -16,6 +16,7 @@ from torch import nn
 
 import optimus_eq
 from optimus_eq.cost import GPUCostModel
+import pytest
 
 
 class Bags(nn.Module):
@@ -51,6 +52,7 @@ def _bag_calls(gm) -> int:
     return sum(1 for n in gm.graph.nodes if n.op == "call_function" and "embedding" in str(n.target))
 
 
+@pytest.mark.slow
 def test_cudagraph_model_batches_packed_tables_and_not_copied_ones():
     m, ids = Bags().eval(), _inputs()
     gm, inputs = _graph(m, ids)

@@ -65,6 +65,7 @@ def _every_update(m, f, x) -> None:
         _same(f, m, x, "load_state_dict(assign=True)")
 
 
+@pytest.mark.slow
 def test_inference_packs_parameter_stacks_and_sees_every_update():
     m, x = _model()
     m.eval()
@@ -82,6 +83,7 @@ def test_inference_packs_parameter_stacks_and_sees_every_update():
     _every_update(m, f, x)
 
 
+@pytest.mark.slow
 def test_inductor_compiled_graph_takes_the_buffers_and_sees_every_update(no_compile_cache):
     m, x = _model(branches=8)
     m.eval()
@@ -107,6 +109,7 @@ def _same_training(m, ref, what: str) -> None:
         torch.testing.assert_close(p, q, msg=lambda s: f"{what}: {name}: {s}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
 def test_training_packs_stacks_and_keeps_every_gradient(strategy):
     """A training graph's parameter stacks become packed_stack(buffer, params): values, gradients and
@@ -124,6 +127,7 @@ def test_training_packs_stacks_and_keeps_every_gradient(strategy):
     assert len({g.untyped_storage().data_ptr() for g in grads}) == 1  # AccumulateGrad took the slices
 
 
+@pytest.mark.slow
 def test_training_pack_sees_a_moved_parameter_and_every_update():
     m, x = _model()
     ref, _ = _model()
@@ -142,6 +146,7 @@ def test_training_pack_sees_a_moved_parameter_and_every_update():
     _same_training(m, ref, "after re-packing")
 
 
+@pytest.mark.slow
 def test_training_pack_raises_as_eager_for_a_parameter_written_between_forward_and_backward():
     """The saved-tensor version check (found by address range, versions read once per saved buffer): a packed
     weight written in place after the forward makes backward raise as eager's does, on the first layer and on
@@ -168,6 +173,7 @@ def test_training_pack_raises_as_eager_for_a_parameter_written_between_forward_a
             torch.testing.assert_close(p.grad, q.grad, msg=lambda s: f"layer {layer}: grad of {name}: {s}")
 
 
+@pytest.mark.slow
 def test_training_pack_through_inductor_removes_the_stack_copies(no_compile_cache):
     """Compiled by Inductor: gradients and an optimizer step equal to eager, and the forward graph that
     AOTAutograd hands Inductor reads the buffers: no cat of parameters is left in it."""
@@ -231,6 +237,7 @@ def test_stacks_written_or_returned_or_of_written_parameters_are_not_packed():
     assert p.storage_offset() == 0 and q.storage_offset() == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
 def test_cudagraph_training_packs_gradient_stacks_only_where_their_copies_cost_more(monkeypatch, strategy):
     """Under CUDA graphs (the backend told the graph is on CUDA) a training graph's stacks with gradients are
@@ -290,6 +297,7 @@ def test_packed_stack_backward_splits_a_cat_by_sizes():
         torch.testing.assert_close(p.grad, r.grad)
 
 
+@pytest.mark.slow
 def test_packed_inference_model_then_trains_with_gradients_equal_to_eager():
     m, x = _model()
     ref, _ = _model()
@@ -305,6 +313,7 @@ def test_packed_inference_model_then_trains_with_gradients_equal_to_eager():
         torch.testing.assert_close(p.grad, q.grad, msg=lambda s: f"grad of {name}: {s}")
 
 
+@pytest.mark.slow
 def test_frozen_parameters_pack_under_grad_mode():
     m, x = _model()
     m.requires_grad_(False)
@@ -356,6 +365,7 @@ def test_pack_parameters_leaves_graphs_without_parameter_stacks_alone():
         packs.wrap(packed.forward)(p, q)  # packed for no-grad use; Dynamo's guards would have recompiled
 
 
+@pytest.mark.slow
 def test_backend_option_switches_packing_off():
     m, x = _model()
     f = _compiled(m.eval(), pack_parameters=False)
@@ -365,6 +375,7 @@ def test_backend_option_switches_packing_off():
     assert m.layers[0].linears[1].weight.storage_offset() == 0
 
 
+@pytest.mark.slow
 def test_inference_mode_compile_leaves_trainable_parameters():
     m, x = _model()
     f = _compiled(m.eval())
@@ -378,6 +389,7 @@ def test_inference_mode_compile_leaves_trainable_parameters():
     assert p.grad is not None and torch.isfinite(p.grad).all()
 
 
+@pytest.mark.slow
 def test_a_failing_pack_warns_once_and_compiles_unpacked(monkeypatch):
     from optimus_bridge import backend as backend_module
 
@@ -392,6 +404,7 @@ def test_a_failing_pack_warns_once_and_compiles_unpacked(monkeypatch):
     assert not _packing_notes()
 
 
+@pytest.mark.slow
 def test_buffers_are_static_inputs_and_dynamo_metadata_is_kept(packings):
     """AOTAutograd reads the packed graph's metadata (``_try_get_metadata_from_dynamo``): every input keeps
     its Dynamo source, and the buffers are static inputs (CUDA graph trees then do not copy them per replay)."""
@@ -580,6 +593,7 @@ def _assert_same_grads(m, ref):
 # which requires no grad, because the call's grad mode was off: the output did not require grad and the
 # parameters got no gradient (eager: both). Fixed in param_pack (ParameterPacks.sets_grad_mode: such a graph gets
 # packed_stack under enable_grad, and the version check).
+@pytest.mark.slow
 def test_enable_grad_region_inside_a_no_grad_call_keeps_parameter_gradients():
     m, ref = _pair()
 

@@ -79,6 +79,7 @@ def _same_grads(m, ref, what: str) -> None:
             torch.testing.assert_close(p.grad, q.grad, msg=lambda s: f"{what}: grad of {name}: {s}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
 def test_the_compiling_call_inside_a_non_reentrant_checkpoint_saves_what_eager_saves(strategy):
     """Bug: the first call of a compiled model inside ``checkpoint(..., use_reentrant=False)`` failed in backward
@@ -117,6 +118,7 @@ class _Halves(nn.Module):
                 torch.cat([torch.tanh(self.lins[h + i](p2[i])) for i in range(h)], 1))
 
 
+@pytest.mark.slow
 def test_a_write_into_a_parameter_no_saved_tensor_holds_does_not_raise_where_packs_share_a_storage():
     """Bug: the saved-tensor version check (``SavedVersions``) found a saved tensor's parameters by its storage,
     and two packs on one storage (an inference compile packed all ``N`` weights, the training graph packs two
@@ -204,6 +206,7 @@ class _Two(nn.Module):
         return self.a(x), self.b(y)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
 def test_packs_that_get_no_gradient_give_their_parameters_none(strategy):
     """``PackedStacks`` is one node for every pack of a call; a pack whose view gets no gradient (its group
@@ -235,6 +238,7 @@ def test_packs_that_get_no_gradient_give_their_parameters_none(strategy):
     _same_grads(m, ref, "a gradient penalty")
 
 
+@pytest.mark.slow
 def test_cudagraph_training_leaves_trained_stacks_to_the_graph_and_packs_frozen_ones(monkeypatch):
     """Under CUDA graphs (the backend told the graph is on CUDA) a training graph whose small stacks with
     gradients are left to the graph (``grad_packing_pays``) still packs its frozen group's stacks, reads them as
@@ -266,6 +270,7 @@ def test_cudagraph_training_leaves_trained_stacks_to_the_graph_and_packs_frozen_
         torch.testing.assert_close(p, q, msg=lambda s: f"{name}: {s}")
 
 
+@pytest.mark.slow
 def test_inductor_packs_give_none_to_a_group_under_no_grad(no_compile_cache):
     """Through Inductor: the compiled backward returns no gradient for the pack read under ``no_grad`` and
     ``PackedStacks`` gives its parameters None; two SGD steps equal eager."""

@@ -468,6 +468,7 @@ def _same_rules(name: str) -> set[str]:
                      if any((r.lhs, r.rhs, r.when) in bodies for r in p.rules)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("name", sorted(CASES))
 @given(data=st.data())
@@ -479,6 +480,7 @@ def test_pattern_soundness(name, strategy, data):
     _run(case, name, strategy, "fx", alone)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_pattern_fires_on_dynamo_graph(name, strategy):
@@ -498,6 +500,7 @@ def _fixed_example(name: str) -> Case:
 
 # -- folds that the set of patterns must reach together ----------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_split_stack_folds_to_view(strategy):
     def f(x):

@@ -45,6 +45,7 @@ def _capture(program):
     return dynamo_graph(fn, *make_inputs()[0], dynamic=program.dynamic), make_inputs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", list(MODELS))
 def test_a_plan_extraction_overpriced_is_kept_and_emits_no_more_kernels(model):
     """Fuzz seed 185: extraction priced eqsat's plan 23.3 -> 46.6 us; as lowered it drops a
@@ -101,6 +102,7 @@ def _optimize(gm, example_inputs, strategy, **options):
         return optimus_eq.optimize(gm, example_inputs, strategy, **options)
 
 
+@pytest.mark.slow
 def test_a_plan_priced_as_the_input_but_for_rounding_is_kept():
     """GEMM fuzz seed 0 (launch model, training): extraction has no choice, and its plan (the input without
     its dead nodes, normalized: 74 -> 38 FX nodes) costs what the input costs, 535.921578 us, summed in
@@ -119,6 +121,7 @@ def test_a_plan_priced_as_the_input_but_for_rounding_is_kept():
     assert outcome.kind == "ok", (outcome.kind, outcome.cause)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["taso", "tensat", "eqsat"])
 def test_no_cost_based_strategy_reports_a_plan_dearer_than_the_input(strategy):
     """``Report.cost_after`` says: "for eqsat, taso and tensat never above cost_before", and DESIGN names taso
@@ -157,6 +160,7 @@ def _segments(x, a, b, c):
     return y + d, e
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("trace_grad", [False, True])
 def test_segments_that_keep_their_input_say_which(trace_grad):
     """A graph with ``no_grad`` regions is optimized per segment (``_run_segments``); two segments keep their
@@ -187,6 +191,7 @@ def test_explain_says_the_plan_gave_way_to_the_input():
     assert KEPT in to_text(ex)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gen, seed", [("gemm", 61), ("gemm", 7), ("gemm", 51)])
 def test_an_input_kept_is_eagers_program(gen, seed):
     """Programs where the guard keeps the input, checked against eager (values, strides, aliasing, gradients,

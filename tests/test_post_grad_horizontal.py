@@ -172,6 +172,7 @@ HORIZONTAL_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("name", sorted(HORIZONTAL_CASES))
 @given(data=st.data())

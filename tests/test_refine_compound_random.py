@@ -112,6 +112,7 @@ def _refine_traced(g: SynthEGraph):
     return dag(tree), dag(pick), moves, trace
 
 
+@pytest.mark.slow
 def test_compound_plans_are_valid_and_never_beat_the_optimum():
     """Through the public extractor, ILP off: valid plan, honest cost, never below the brute-force optimum;
     refine reaches the optimum on most seeds that can be brute-forced."""

@@ -26,6 +26,7 @@ def _batched(report) -> int:
     return sum(report.ops_after.get(k, 0) for k in ("baddbmm", "bmm", "bmm_add"))
 
 
+@pytest.mark.slow
 def test_linears_batched_inside_autocast(strategy):
     """Six Linears inside one autocast region become one bf16 baddbmm; the cat after the region reads it."""
     ws, bs = _weights()
@@ -143,6 +144,7 @@ def test_failing_segment_is_left_alone(strategy, monkeypatch):
     assert got.report.ops_after.get("linear", 0) == N  # the failing one was left as it was
 
 
+@pytest.mark.slow
 def test_backend_trains_through_autocast():
     """The torch.compile backend on a model with an autocast region: one training step's loss and every
     parameter gradient match eager (float64 reference not needed: same bf16 ops, same order per member)."""

@@ -125,6 +125,7 @@ def _static_summary(name: str, strategy: str):
     return _summary(seen[0][0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", REC_MODELS)
 def test_dynamic_none_recompile_optimized_as_static(name):
     """dynamic=None: the static first graph and the symbolic recompile are optimized identically."""
@@ -135,6 +136,7 @@ def test_dynamic_none_recompile_optimized_as_static(name):
     assert symbolic == static
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ("dhen", "launch_bound", "dlrm"))
 def test_dynamic_none_eqsat(name):
     seen = _run(name, "eqsat", None)
@@ -143,6 +145,7 @@ def test_dynamic_none_eqsat(name):
     assert symbolic == static
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", REC_MODELS)
 def test_dynamic_true_optimized_as_static(name):
     """dynamic=True: every graph compiled (symbolic from the start) is optimized as the static compile.
@@ -160,6 +163,7 @@ def test_dynamic_true_optimized_as_static(name):
         assert _summary(report) == static
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ("dhen", "launch_bound", "dlrm"))
 def test_dynamic_training_gradients(name):
     """Gradients of the parameters through the symbolic graphs equal eager's (float64 oracle), where the
@@ -176,6 +180,7 @@ def _batched_linears(x, ws, bs):
     return torch.cat([F.linear(p, w, b) for p, w, b in zip(pieces, ws, bs)], dim=2)
 
 
+@pytest.mark.slow
 def test_two_symbolic_dims_rebuilt_at_run_time():
     """With two symbolic dims a reshape target has two tokens: lowering reads the sizes from the graph's
     inputs (SymInt placeholders) and the optimized graph runs at other sizes than it was traced with."""
@@ -219,6 +224,7 @@ def test_symbolic_narrow_stays_opaque():
         torch.testing.assert_close(gm2(*args)[0], fn(x), rtol=0, atol=0)
 
 
+@pytest.mark.slow
 def test_inductor_dynamic_true():
     """One real compile: launch_bound through Inductor with a symbolic batch, against eager."""
     case = build("launch_bound", "cpu")
@@ -295,6 +301,7 @@ def test_transposed_outputs_under_a_symbolic_batch_are_optimized_with_eager_stri
     assert optimus_eq.last_reports[-1].patterns_fired["batch_linear_lhs"] == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["greedy", "eqsat"])
 def test_post_grad_transposed_outputs_under_a_symbolic_batch_are_optimized_with_eager_strides(strategy):
     """The same at Aten-IR: AOTAutograd's forward graph under ``dynamic=True`` (the post-grad pass)."""

@@ -43,6 +43,7 @@ CASES = [(split_tanh_cat, (5, 12)), (unbind_stack_then_split_cat, (3, 4, 5)), (p
          (views_and_chains, (6, 8))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fn,shape", CASES, ids=[f.__name__ for f, _ in CASES])
 def test_taso_matches_eager_and_is_no_dearer_than_greedy(fn, shape):
     r = check(fn, [rand(*shape)], "taso").report
@@ -52,6 +53,7 @@ def test_taso_matches_eager_and_is_no_dearer_than_greedy(fn, shape):
     assert r.iterations >= 1  # expansions
 
 
+@pytest.mark.slow
 def test_taso_folds_the_split_tanh_cat_chain():
     r = check(split_tanh_cat, [rand(5, 12)], "taso").report
     assert junk_after(r) == 0 and r.ops_after["tanh"] == 1

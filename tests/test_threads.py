@@ -67,6 +67,7 @@ def test_differential_check_on_a_worker_thread(strategy):
     _in_thread(lambda: check(model, [rand(3, 9)], strategy))
 
 
+@pytest.mark.slow
 def test_egraph_closed_by_another_thread_is_not_lent_again():
     patterns = DEFAULT_REGISTRY.select(None)
     eg = EGraph(patterns)
@@ -79,6 +80,7 @@ def test_egraph_closed_by_another_thread_is_not_lent_again():
     gc.collect()
 
 
+@pytest.mark.slow
 def test_rust_panic_inside_optimize_falls_back_with_one_warning(monkeypatch):
     foreign = eb.EGraph()  # made on this thread, touched from another: pyo3 raises PanicException
 
@@ -137,6 +139,7 @@ done.wait()
 """
 
 
+@pytest.mark.slow
 def test_no_unsendable_message_at_exit_with_a_live_optimizing_thread():
     """A thread that optimized and still runs at exit (autograd's device thread on the GPU) leaves its
     templates to the exiting thread; pyo3 must not complain that they are dropped there."""

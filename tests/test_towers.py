@@ -67,6 +67,7 @@ def tower(widths, act, layer_norm, seed=0):
     return fn, [rand(8, N * widths[0], seed=seed + 999)] + params
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("name,widths,act,ln", TOWERS, ids=[t[0] for t in TOWERS])
 def test_pre_grad_one_gemm_per_layer(name, widths, act, ln, strategy):
@@ -80,6 +81,7 @@ def test_pre_grad_one_gemm_per_layer(name, widths, act, ln, strategy):
         assert ops.get("layer_norm", 0) == layers - 1, dict(ops)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("name,widths,act,ln", POST_GRAD, ids=[t[0] for t in POST_GRAD])
 def test_post_grad_one_gemm_per_layer_forward_and_backward(name, widths, act, ln, strategy):

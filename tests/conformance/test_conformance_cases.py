@@ -44,6 +44,7 @@ def test_case_names_are_unique():
     assert len(names) == len(set(names)), [n for n in names if names.count(n) > 1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,strategy", list(_params()))
 def test_conformance(name, strategy):
     case = BY_NAME[name]
