@@ -406,10 +406,9 @@ class PlanGraph(PlanAlternatives, PlanOrder):
             if not frontier:
                 break
             near.update(frontier)
-        # a root with one input finds a subset of what that input finds (plus the input itself, a group of
-        # one): searching from join points (two or more inputs) and the output finds the same groups
+        # a root with one input finds a subset of what that input finds: searching from join points (two or more
+        # inputs) and the output finds the same groups (but groups of one, min_fuse_set_size 1: every value)
         self._positions()
-        # (that input is a group of one: rewrites of one op, min_fuse_set_size 1, search from every value)
         single = lo <= 1
         # an input with no inputs and no group key (a graph input: weights, biases) is neither collected nor
         # searched past, so it does not count: LayerNorm(x, w, b) and Linear(x, W, b) have one input here
@@ -422,16 +421,12 @@ class PlanGraph(PlanAlternatives, PlanOrder):
                     seen_one = True
             return False
 
-        roots = [c for c in reversed(self._seq) if c in near and (single or joins(c))]
-        roots.reverse()  # a stack: the last root in graph order is searched first
-        # per node, its inputs that are viable matches, with their keys: the last level of a search needs
-        # only these (its other nodes are neither collected nor searched past)
-        last_inputs: dict = {}
+        # a stack: the last root in graph order is searched first
+        roots = [c for c in self._seq if c in near and (single or joins(c))]
+        last_inputs: dict = {}  # node -> its inputs that are viable matches (see _search)
         while roots:
             root = roots.pop()
-            if root in fused:
-                # a member of a group fused in this round reads its fused op, which reads every member's
-                # inputs: upstream erases it with its group, and searching from it would walk them all
+            if root in fused:  # it reads its fused op, which reads every member's inputs: upstream erases it
                 continue
             made_before = self._fresh
             found = self._search(root, keys, viable, skip, depth, last_inputs)
@@ -439,9 +434,8 @@ class PlanGraph(PlanAlternatives, PlanOrder):
                 if len(cands) < lo or (self.alternatives and lo > 1 and not self.worth_adding(cands)):
                     continue
                 yield from self._independent_subsets(cands, options, fused, made)
-            # the fused ops the caller recorded for these groups are search roots next, as upstream's walk
-            # visits the batched node it inserted before its group: it reads every member's inputs, so the
-            # layer below a fused layer (a tower's previous Linear, through its activation) is found there
+            # the fused ops the caller recorded for these groups are roots next (upstream's walk visits the batched
+            # node it inserts): they read every member's input, so the layer below a fused layer is found there
             roots.extend(("fused", i) for i in range(self._fresh - 1, made_before - 1, -1))
         if shared_input:
             # the key names the one input all members read (the linears of one input): its members are found by
