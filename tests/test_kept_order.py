@@ -404,11 +404,9 @@ def test_random_ops_draw_as_eager_symbolic_trace(strategy):
         assert report.fallback is None and report.patterns_fired["batch_linear"] >= 1
 
 
-# Found: ``kept_order.is_pure`` asks ``lower_random.draws_random``, whose Torch-IR names (``_RANDOM_NAMES``) lack
-# the factories and samplers below. They were copied in their original order with every other kept node; now they
-# float with the pure ones. In this program the first feature's GELU reads the batched first layer, which needs
-# ``f + n2``: lowering emits ``n2`` (drawn second in eager) before ``n1``, so both draws (and the output that
-# reads ``n2``) differ from eager's under one seed. The same at any fallback_random; no fallback, no warning.
+# Torch-IR factories and samplers (and attention with dropout) draw random numbers though not all are named in
+# ``lower_random._RANDOM_NAMES``: ``kept_order`` orders them among the draws. In this program the first feature's GELU
+# reads the batched first layer, which needs ``f + n2``; lowering must still draw ``n1`` before ``n2``.
 RANDOM_FACTORIES = {
     "randn": lambda: torch.randn(4, D),
     "rand": lambda: torch.rand(4, D),

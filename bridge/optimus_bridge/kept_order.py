@@ -10,8 +10,8 @@ that needs one of them and feeds the other (a tower's backward at Aten-IR keeps 
 chained in their original order they made every feature's GEMMs of one layer depend on each other, and no
 layer but the last could be batched).
 
-* :func:`is_functional`: the node reads only its inputs and writes nothing (it may draw random numbers);
-  :func:`is_pure`: functional and no random draw;
+* :func:`is_functional`: the node reads only its inputs and writes nothing (it may draw random numbers: then it
+  is ordered among the draws);
 * :func:`kept_epochs` (:class:`KeptOrder`): the *barriers* (kept nodes that are not functional), the *ordered*
   nodes (barriers and random draws, which keep their relative order: the generator's state is consumed in
   order), and per kept node its *epoch*, the last barrier at or before it; for the plan's order edges
@@ -78,12 +78,6 @@ def _draws_random(node: Node) -> bool:
     if "scaled_dot_product" in name:
         return node_arg(node, 4, "dropout_p", 0.0) != 0
     return False
-
-
-def is_pure(node: Node) -> bool:
-    """Whether ``node`` only computes its value from its inputs: :func:`is_functional` and draws no random number
-    (:func:`_draws_random`)."""
-    return is_functional(node) and not _draws_random(node)
 
 
 def is_functional(node: Node) -> bool:
